@@ -1,0 +1,122 @@
+package bankclient
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// This file holds the wire types of the bank protocol (DESIGN.md section 7).
+// They are shared by the client in this package and by the fakebank
+// simulator, so the two can never disagree on a field name.
+
+// Status is the lifecycle status of a payment at the bank.
+type Status string
+
+// The payment statuses the bank reports.
+const (
+	StatusAccepted   Status = "accepted"
+	StatusProcessing Status = "processing"
+	StatusSettled    Status = "settled"
+	StatusFailed     Status = "failed"
+	StatusReturned   Status = "returned"
+)
+
+// Final reports whether the status can no longer change at the bank.
+func (s Status) Final() bool {
+	return s == StatusSettled || s == StatusFailed || s == StatusReturned
+}
+
+// Valid reports whether s is one of the statuses of the protocol.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusAccepted, StatusProcessing, StatusSettled, StatusFailed, StatusReturned:
+		return true
+	}
+	return false
+}
+
+// PaymentRequest is the body of POST /v1/payments.
+type PaymentRequest struct {
+	AmountCents     int64  `json:"amount_cents"`
+	Currency        string `json:"currency"`
+	DebtorAccount   string `json:"debtor_account"`
+	CreditorAccount string `json:"creditor_account"`
+	// Reference carries the business identity (the settlement id); the
+	// ledger-vs-bank reconciliation matches on it.
+	Reference string `json:"reference"`
+}
+
+// Payment is a payment as the bank reports it.
+type Payment struct {
+	ID              string    `json:"id"`
+	IdempotencyKey  string    `json:"idempotency_key"`
+	Reference       string    `json:"reference"`
+	Status          Status    `json:"status"`
+	AmountCents     int64     `json:"amount_cents"`
+	Currency        string    `json:"currency"`
+	DebtorAccount   string    `json:"debtor_account"`
+	CreditorAccount string    `json:"creditor_account"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	// FailureReason is set when Status is failed or returned.
+	FailureReason string `json:"failure_reason,omitempty"`
+}
+
+// ErrorBody is the JSON body of a 4xx answer from the bank, for example
+// {"error":"idempotency_key_reuse"} or {"error":"rejected","reason":"..."}.
+type ErrorBody struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// The error codes of ErrorBody.Error that the protocol defines.
+const (
+	ErrorCodeKeyReuse = "idempotency_key_reuse"
+	ErrorCodeRejected = "rejected"
+)
+
+// StatementPage is one page of GET /v1/statement.
+type StatementPage struct {
+	Payments []Payment `json:"payments"`
+	// Next is the cursor for the following page; empty when this page is the last.
+	Next string `json:"next"`
+}
+
+// Faults is the fault profile of GET/PUT /admin/faults. Rates are
+// probabilities in [0, 1].
+type Faults struct {
+	FailBeforeRate        float64 `json:"fail_before_rate"`
+	DropResponseRate      float64 `json:"drop_response_rate"`
+	StatusErrorRate       float64 `json:"status_error_rate"`
+	RejectRate            float64 `json:"reject_rate"`
+	SettlementFailureRate float64 `json:"settlement_failure_rate"`
+	LatencyMinMS          int64   `json:"latency_min_ms"`
+	LatencyMaxMS          int64   `json:"latency_max_ms"`
+	SettleDelayMS         int64   `json:"settle_delay_ms"`
+	KeyTTLMS              int64   `json:"key_ttl_ms"`
+}
+
+// Stats is the body of GET /admin/stats.
+type Stats struct {
+	Payments          int64 `json:"payments"`
+	Replays           int64 `json:"replays"`
+	KeyReuseConflicts int64 `json:"key_reuse_conflicts"`
+	// MaxExecutionsPerKey is the largest number of payments ever created
+	// under one idempotency key (above 1 only after the bank forgot a key).
+	MaxExecutionsPerKey int64 `json:"max_executions_per_key"`
+	// MaxPaymentsPerReference above 1 means one settlement was paid twice.
+	MaxPaymentsPerReference int64 `json:"max_payments_per_reference"`
+}
+
+// keyNamespace is the UUIDv5 namespace of settle's bank idempotency keys.
+// It must never change: a key derived under another namespace would let a
+// retry pay a settlement twice.
+var keyNamespace = uuid.MustParse("6f1c1d9e-5c1a-4f43-9a43-6b8f0e7d2a51")
+
+// KeyFor returns the stable idempotency key for a settlement: a UUIDv5 of
+// its business identity, identical on every retry, in every process, after
+// every restart.
+func KeyFor(settlementID string) string {
+	return uuid.NewSHA1(keyNamespace, []byte("settlement:"+settlementID)).String()
+}

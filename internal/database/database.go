@@ -1,0 +1,125 @@
+// Package database decides which PostgreSQL settle talks to (DATABASE_URL,
+// or the embedded default cluster) and opens connection pools with the
+// limits settle relies on. It never creates tables: that is migrations'.
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/settle/settle/internal/pgembed"
+)
+
+// DefaultDBName is the database settle uses inside the embedded cluster.
+const DefaultDBName = "settle"
+
+// Resolve returns DATABASE_URL when it is set; otherwise it starts (or
+// reuses) the embedded default cluster under $SETTLE_HOME, makes sure the
+// settle database exists in it, and returns its URL.
+func Resolve(ctx context.Context, logf func(string, ...any)) (string, error) {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u, nil
+	}
+	home, err := pgembed.DefaultHome()
+	if err != nil {
+		return "", err
+	}
+	c, err := pgembed.Ensure(ctx, pgembed.Options{Home: home, Logf: logf})
+	if err != nil {
+		return "", err
+	}
+	if err := CreateDatabase(ctx, c.URL("postgres"), DefaultDBName, ""); err != nil {
+		return "", err
+	}
+	return c.URL(DefaultDBName), nil
+}
+
+// CreateDatabase creates database name (from template when not empty)
+// unless it exists. Concurrent callers are fine: the loser of a race sees
+// "already exists" and treats it as success.
+func CreateDatabase(ctx context.Context, adminURL, name, template string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("error connecting to PostgreSQL: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return fmt.Errorf("error checking for database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	// CREATE DATABASE takes no parameters; the names are quoted identifiers.
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+			return nil // created by a concurrent process
+		}
+		return fmt.Errorf("error creating database %s: %w", name, err)
+	}
+	return nil
+}
+
+// PoolOptions tune a pool. Zero values take the defaults.
+type PoolOptions struct {
+	// MaxConns caps the pool (default 20).
+	MaxConns int32
+	// StatementTimeout aborts any statement running longer (default 30s),
+	// so a stuck query cannot hold locks or connections forever.
+	StatementTimeout time.Duration
+	// LockTimeout aborts a statement waiting longer for a lock (default 10s).
+	LockTimeout time.Duration
+	// IdleInTxTimeout ends sessions idle inside a transaction (default 60s).
+	IdleInTxTimeout time.Duration
+	// ApplicationName shows in pg_stat_activity (default "settle").
+	ApplicationName string
+}
+
+// Connect opens a pool to url with settle's limits.
+func Connect(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("error parsing the database URL: %w", err)
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = 20
+	}
+	if o.StatementTimeout == 0 {
+		o.StatementTimeout = 30 * time.Second
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = 10 * time.Second
+	}
+	if o.IdleInTxTimeout == 0 {
+		o.IdleInTxTimeout = 60 * time.Second
+	}
+	if o.ApplicationName == "" {
+		o.ApplicationName = "settle"
+	}
+	cfg.MaxConns = o.MaxConns
+	cfg.MaxConnIdleTime = 5 * time.Minute
+	cfg.HealthCheckPeriod = 5 * time.Second
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	rp := cfg.ConnConfig.RuntimeParams
+	rp["statement_timeout"] = fmt.Sprint(o.StatementTimeout.Milliseconds())
+	rp["lock_timeout"] = fmt.Sprint(o.LockTimeout.Milliseconds())
+	rp["idle_in_transaction_session_timeout"] = fmt.Sprint(o.IdleInTxTimeout.Milliseconds())
+	rp["application_name"] = o.ApplicationName
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("error creating the connection pool: %w", err)
+	}
+	return pool, nil
+}

@@ -1,0 +1,149 @@
+// Package migrations owns settle's database schema: the numbered SQL files
+// embedded in sql/ and River's own migrations, applied together in one
+// transaction under an advisory lock so that any number of processes may
+// run them at once. It never changes data, only schema.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// lockKey is the advisory lock that serialises migrations ("settle" in ASCII).
+const lockKey int64 = 0x736574746c65
+
+// Migration is one app schema migration.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// All returns the app migrations in version order.
+func All() ([]Migration, error) {
+	entries, err := fs.ReadDir(files, "sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []Migration
+	seen := map[int]string{}
+	for _, e := range entries {
+		name := e.Name()
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration file %q is not named NNNN_name.sql", name)
+		}
+		if prev, dup := seen[v]; dup {
+			return nil, fmt.Errorf("migrations %q and %q share version %d", prev, name, v)
+		}
+		seen[v] = name
+		body, err := fs.ReadFile(files, path.Join("sql", name))
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{Version: v, Name: strings.TrimSuffix(name, ".sql"), SQL: string(body)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms, nil
+}
+
+// Result says what Migrate did.
+type Result struct {
+	// Applied lists the app migrations applied by this call.
+	Applied []string
+	// RiverApplied lists River's migration versions applied by this call.
+	RiverApplied []int
+}
+
+// Migrate brings the app schema and River's schema up to date. It is a
+// no-op when both are current, and safe to run from many processes at once:
+// the run holds an advisory lock, so a second process waits and then finds
+// nothing to do. Each app migration is applied in one transaction with its
+// bookkeeping row.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) (Result, error) {
+	var res Result
+	ms, err := All()
+	if err != nil {
+		return res, err
+	}
+	// River's migrations cannot all share one transaction (a later one uses
+	// an enum value an earlier one adds), so the serialisation is a session
+	// advisory lock held on a dedicated connection for the whole run.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return res, fmt.Errorf("error acquiring a connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
+		return res, fmt.Errorf("error taking the migration lock: %w", err)
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockKey); err != nil {
+			// A lock we cannot release dies with the connection.
+			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+		}
+	}()
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS settle_schema_migrations (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("error creating settle_schema_migrations: %w", err)
+		}
+		rows, err := tx.Query(ctx, "SELECT version FROM settle_schema_migrations")
+		if err != nil {
+			return fmt.Errorf("error reading applied migrations: %w", err)
+		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			return fmt.Errorf("error reading applied migrations: %w", err)
+		}
+		applied := map[int]bool{}
+		for _, v := range versions {
+			applied[v] = true
+		}
+		for _, m := range ms {
+			if applied[m.Version] {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("error applying migration %s: %w", m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO settle_schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+				return fmt.Errorf("error recording migration %s: %w", m.Name, err)
+			}
+			res.Applied = append(res.Applied, m.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return res, fmt.Errorf("error creating River migrator: %w", err)
+	}
+	rres, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return res, fmt.Errorf("error applying River migrations: %w", err)
+	}
+	for _, v := range rres.Versions {
+		res.RiverApplied = append(res.RiverApplied, v.Version)
+	}
+	return res, nil
+}

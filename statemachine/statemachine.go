@@ -1,0 +1,155 @@
+// Package statemachine owns the states of a settlement, the table of allowed
+// transitions (DESIGN.md section 3) and the one function that changes
+// settlements.state. No other code may write that column.
+//
+// Every transition is an optimistic UPDATE … WHERE state = $from inside the
+// caller's transaction, appended to settlement_transitions in the same
+// transaction. A forbidden transition or a lost race is an error, never a
+// silent no-op: the caller decides whether a lost race means "someone else
+// already did it" (safe to stop) or a bug.
+package statemachine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// State is the state of a settlement.
+type State string
+
+// The five states. Confirmed and Failed are terminal.
+const (
+	Pending   State = "pending"
+	Sent      State = "sent"
+	Uncertain State = "uncertain"
+	Confirmed State = "confirmed"
+	Failed    State = "failed"
+)
+
+// States lists every state in lifecycle order.
+var States = []State{Pending, Sent, Uncertain, Confirmed, Failed}
+
+// allowed is the transition table of DESIGN.md section 3.
+var allowed = map[State]map[State]bool{
+	Pending:   {Sent: true, Uncertain: true, Failed: true, Confirmed: true},
+	Sent:      {Confirmed: true, Failed: true, Uncertain: true},
+	Uncertain: {Sent: true, Confirmed: true, Failed: true, Pending: true},
+}
+
+// Valid reports whether s is one of the five states.
+func (s State) Valid() bool {
+	switch s {
+	case Pending, Sent, Uncertain, Confirmed, Failed:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether no transition leaves s.
+func (s State) Terminal() bool { return s == Confirmed || s == Failed }
+
+// Allowed reports whether the table allows from → to.
+func Allowed(from, to State) bool { return allowed[from][to] }
+
+// ErrForbidden is matched (errors.Is) by a transition the table does not allow.
+var ErrForbidden = errors.New("transition not allowed")
+
+// ErrLostRace is matched (errors.Is) when the settlement was not in the
+// expected state any more: another process moved it first.
+var ErrLostRace = errors.New("settlement is no longer in the expected state")
+
+// ErrNotFound is matched when the settlement does not exist.
+var ErrNotFound = errors.New("settlement not found")
+
+// TransitionError describes a transition that did not happen.
+type TransitionError struct {
+	SettlementID string
+	From, To     State
+	// Actual is the state found when the race was lost ("" if unknown).
+	Actual State
+	Err    error // ErrForbidden, ErrLostRace or ErrNotFound
+}
+
+func (e *TransitionError) Error() string {
+	if e.Actual != "" {
+		return fmt.Sprintf("settlement %s: %s → %s: %v (it is %s)", e.SettlementID, e.From, e.To, e.Err, e.Actual)
+	}
+	return fmt.Sprintf("settlement %s: %s → %s: %v", e.SettlementID, e.From, e.To, e.Err)
+}
+
+func (e *TransitionError) Unwrap() error { return e.Err }
+
+// DBTX is what Transition needs of a transaction; pgx.Tx satisfies it.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Change is one transition to apply.
+type Change struct {
+	SettlementID string
+	From, To     State
+	// Reason is recorded with the transition ("bank accepted", …).
+	Reason string
+	// At is the time of the transition (the injected clock).
+	At time.Time
+}
+
+// Transition moves a settlement from c.From to c.To inside tx and appends
+// the transition to its history. It returns a *TransitionError wrapping
+// ErrForbidden, ErrLostRace or ErrNotFound when it did not happen; the
+// caller must then roll back whatever else it wrote in tx.
+func Transition(ctx context.Context, tx DBTX, c Change) error {
+	if !Allowed(c.From, c.To) {
+		return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Err: ErrForbidden}
+	}
+	if c.At.IsZero() {
+		c.At = time.Now()
+	}
+	// One statement: the optimistic update and the history row commit or
+	// fail together, and the row count says whether we won.
+	var id int64
+	err := tx.QueryRow(ctx, `
+		WITH moved AS (
+			UPDATE settlements SET state = $3, updated_at = $5
+			WHERE settlement_id = $1 AND state = $2
+			RETURNING settlement_id
+		)
+		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
+		SELECT settlement_id, $2, $3, $4, $5 FROM moved
+		RETURNING id`,
+		c.SettlementID, string(c.From), string(c.To), c.Reason, c.At).Scan(&id)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("error moving settlement %s from %s to %s: %w", c.SettlementID, c.From, c.To, err)
+	}
+	var actual string
+	err = tx.QueryRow(ctx, "SELECT state FROM settlements WHERE settlement_id = $1", c.SettlementID).Scan(&actual)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Err: ErrNotFound}
+	case err != nil:
+		return fmt.Errorf("error reading state of settlement %s: %w", c.SettlementID, err)
+	}
+	return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Actual: State(actual), Err: ErrLostRace}
+}
+
+// Created records the creation of a settlement (→ pending) in its history.
+// The settlements row itself is inserted by intake in the same transaction.
+func Created(ctx context.Context, tx DBTX, settlementID, reason string, at time.Time) error {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
+		VALUES ($1, NULL, $2, $3, $4)`, settlementID, string(Pending), reason, at); err != nil {
+		return fmt.Errorf("error recording creation of settlement %s: %w", settlementID, err)
+	}
+	return nil
+}
