@@ -1,0 +1,60 @@
+// Package crash implements the crash points of DESIGN.md section 5 for
+// fault tests: with SETTLE_CRASH_AT=<point> the process kills itself with
+// SIGKILL the first time it reaches that point (SETTLE_CRASH_AFTER=N: the
+// Nth time). Inert when the variable is unset. It never does anything else.
+package crash
+
+import (
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// The crash points of the contract.
+const (
+	IntakeBeforeCommit  = "intake.before_commit"
+	IntakeAfterCommit   = "intake.after_commit"
+	SendBeforeBank      = "send.before_bank"
+	SendAfterBank       = "send.after_bank"
+	SendAfterCommit     = "send.after_commit"
+	ConfirmBeforeCommit = "confirm.before_commit"
+	ConfirmAfterCommit  = "confirm.after_commit"
+)
+
+// Points lists every crash point.
+var Points = []string{IntakeBeforeCommit, IntakeAfterCommit, SendBeforeBank, SendAfterBank, SendAfterCommit, ConfirmBeforeCommit, ConfirmAfterCommit}
+
+var (
+	once  sync.Once
+	armed string
+	after int64 = 1
+	hits  atomic.Int64
+)
+
+func load() {
+	armed = os.Getenv("SETTLE_CRASH_AT")
+	if n, err := strconv.ParseInt(os.Getenv("SETTLE_CRASH_AFTER"), 10, 64); err == nil && n > 0 {
+		after = n
+	}
+}
+
+// Armed reports whether the process was started with a crash point.
+func Armed() bool {
+	once.Do(load)
+	return armed != ""
+}
+
+// Point kills the process with SIGKILL if name is the armed crash point and
+// this is the Nth time it is reached.
+func Point(name string) {
+	once.Do(load)
+	if armed == "" || armed != name {
+		return
+	}
+	if hits.Add(1) == after {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL cannot be caught; never return into the code path.
+	}
+}

@@ -1,0 +1,81 @@
+// Package metrics defines settle's Prometheus metrics in one place so the
+// names and labels are the same everywhere. Packages receive a *Metrics;
+// none reads a global registry.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics holds every collector settle exports.
+type Metrics struct {
+	// IntakeTotal counts intake outcomes: created, replayed, conflict, invalid, too_old.
+	IntakeTotal *prometheus.CounterVec
+	// ReplayAge is the age of the first receipt when a redelivery arrives.
+	ReplayAge prometheus.Histogram
+	// ReceiptConflicts counts recorded receipt conflicts.
+	ReceiptConflicts prometheus.Counter
+	// UncertainTotal counts entries into the uncertain state.
+	UncertainTotal prometheus.Counter
+	// Transitions counts transitions by target state.
+	Transitions *prometheus.CounterVec
+	// BankRequests counts bank calls by op (send, status, statement) and outcome.
+	BankRequests *prometheus.CounterVec
+	// BankDuration is the latency of bank calls by op.
+	BankDuration *prometheus.HistogramVec
+	// Resolution is the time from entering uncertain to a terminal state.
+	Resolution prometheus.Histogram
+	// NeedsInvestigation counts settlements flagged for a human.
+	NeedsInvestigation prometheus.Counter
+}
+
+// New creates the collectors and registers them with reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		IntakeTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_intake_total", Help: "Settlement events received, by outcome (created, replayed, conflict, invalid, too_old).",
+		}, []string{"outcome"}),
+		ReplayAge: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "settle_replay_age_seconds", Help: "Age of the first receipt when a redelivery of the same event arrives.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 12),
+		}),
+		ReceiptConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "settle_receipt_conflicts_total", Help: "Events rejected because their settlement_id was already received with another payload.",
+		}),
+		UncertainTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "settle_uncertain_total", Help: "Entries into the uncertain state (no definitive answer from the bank).",
+		}),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_transitions_total", Help: "Settlement state transitions, by target state.",
+		}, []string{"to"}),
+		BankRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_bank_requests_total", Help: "Calls to the bank, by operation and outcome.",
+		}, []string{"op", "outcome"}),
+		BankDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "settle_bank_request_duration_seconds", Help: "Latency of calls to the bank, by operation.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"op"}),
+		Resolution: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "settle_resolution_seconds", Help: "Time from entering uncertain to a terminal state.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 3, 12),
+		}),
+		NeedsInvestigation: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "settle_needs_investigation_total", Help: "Settlements flagged needs_investigation (the engine will not resolve them alone).",
+		}),
+	}
+	reg.MustRegister(m.IntakeTotal, m.ReplayAge, m.ReceiptConflicts, m.UncertainTotal, m.Transitions,
+		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation)
+	return m
+}
+
+// NewUnregistered returns metrics registered nowhere, for tests and tools
+// that do not serve /metrics.
+func NewUnregistered() *Metrics { return New(prometheus.NewRegistry()) }
+
+// ObserveBank records one bank call.
+func (m *Metrics) ObserveBank(op, outcome string, d time.Duration) {
+	m.BankRequests.WithLabelValues(op, outcome).Inc()
+	m.BankDuration.WithLabelValues(op).Observe(d.Seconds())
+}

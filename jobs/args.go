@@ -1,0 +1,71 @@
+// Package jobs holds settle's River job args and workers: thin adapters that
+// carry a settlement through intake, the bank and reconciliation. A worker
+// decides nothing itself: the state machine and the reconcile package do.
+// Every worker is safe to run twice (River is at-least-once).
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// Queue names.
+const (
+	// QueueBank runs the jobs that call the bank.
+	QueueBank = "bank"
+	// QueueMaintenance runs the sweep and retention.
+	QueueMaintenance = "maintenance"
+)
+
+// SendInstructionArgs sends a settlement's payment instruction to the bank.
+// Intake inserts it in the transaction that creates the settlement.
+type SendInstructionArgs struct {
+	SettlementID string `json:"settlement_id"`
+}
+
+// Kind is the River job kind.
+func (SendInstructionArgs) Kind() string { return "send_instruction" }
+
+// InsertOpts puts the job on the bank queue.
+func (SendInstructionArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueBank}
+}
+
+// ReconcileSettlementArgs asks the bank for a settlement's status by key and
+// applies the answer.
+type ReconcileSettlementArgs struct {
+	SettlementID string `json:"settlement_id"`
+}
+
+// Kind is the River job kind.
+func (ReconcileSettlementArgs) Kind() string { return "reconcile_settlement" }
+
+// InsertOpts puts the job on the bank queue.
+func (ReconcileSettlementArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueBank}
+}
+
+// Inserter inserts settle's jobs inside a caller's transaction. Intake uses
+// it (through a small interface of its own) so the settlement, its receipt
+// and its first job commit together.
+type Inserter struct {
+	Client *river.Client[pgx.Tx]
+}
+
+// InsertSendTx inserts one send_instruction job per settlement in tx.
+func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, settlementIDs []string) error {
+	if len(settlementIDs) == 0 {
+		return nil
+	}
+	params := make([]river.InsertManyParams, len(settlementIDs))
+	for i, id := range settlementIDs {
+		params[i] = river.InsertManyParams{Args: SendInstructionArgs{SettlementID: id}}
+	}
+	if _, err := in.Client.InsertManyFastTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("error inserting send_instruction jobs: %w", err)
+	}
+	return nil
+}
