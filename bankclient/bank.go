@@ -1,0 +1,84 @@
+package bankclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+)
+
+// Bank is how the engine reaches the bank. The HTTP [Client] implements it;
+// a simulation may implement it in memory. Errors are classified as the
+// package documentation describes.
+type Bank interface {
+	// Send asks the bank to execute req under the idempotency key (see
+	// KeyFor). Sending the same key and body again is a replay.
+	Send(ctx context.Context, key string, req PaymentRequest) (SendResult, error)
+	// StatusByKey returns the payment the bank holds under key, or an error
+	// matching ErrNotFound when the bank never saw (or forgot) the key.
+	StatusByKey(ctx context.Context, key string) (Payment, error)
+	// Statement returns one page of every payment the bank holds, starting
+	// after the cursor (empty for the first page). limit 0 lets the bank choose.
+	Statement(ctx context.Context, after string, limit int) (StatementPage, error)
+}
+
+// SendResult is the bank's acceptance of a payment.
+type SendResult struct {
+	// Payment is the payment as the bank reports it.
+	Payment Payment
+	// Replayed is true when the bank had already seen this key and body and
+	// answered with the stored payment (200, Idempotent-Replayed: true). A
+	// replay is normal after a lost answer or an in-call retry.
+	Replayed bool
+}
+
+// The operations, as reported to Options.Observe and in AmbiguousError.Op.
+const (
+	OpSend      = "send"
+	OpStatus    = "status"
+	OpStatement = "statement"
+)
+
+// The outcomes of one HTTP attempt, as reported to Options.Observe.
+const (
+	OutcomeAccepted     = "accepted"     // 201, or 200 on status and statement
+	OutcomeReplayed     = "replayed"     // 200 replay on send
+	OutcomeRejected     = "rejected"     // definitive rejection
+	OutcomeKeyReuse     = "key_reuse"    // 422 idempotency_key_reuse
+	OutcomeNotFound     = "not_found"    // 404 on status by key
+	OutcomeUnauthorized = "unauthorized" // 401, 403
+	OutcomeAmbiguous    = "ambiguous"    // anything else
+)
+
+// errCursorLoop is returned by Payments when the bank hands back the cursor it
+// was given, which would loop for ever.
+var errCursorLoop = errors.New("statement cursor did not advance")
+
+// Payments iterates over the whole statement of b, page by page, limit
+// payments a page. Iteration stops at the first error, which is yielded with
+// a zero Payment.
+func Payments(ctx context.Context, b Bank, limit int) iter.Seq2[Payment, error] {
+	return func(yield func(Payment, error) bool) {
+		after := ""
+		for {
+			page, err := b.Statement(ctx, after, limit)
+			if err != nil {
+				yield(Payment{}, fmt.Errorf("error reading statement after %q: %w", after, err))
+				return
+			}
+			for _, p := range page.Payments {
+				if !yield(p, nil) {
+					return
+				}
+			}
+			if page.Next == "" {
+				return
+			}
+			if page.Next == after {
+				yield(Payment{}, fmt.Errorf("error reading statement after %q: %w", after, errCursorLoop))
+				return
+			}
+			after = page.Next
+		}
+	}
+}

@@ -1,0 +1,243 @@
+package bankclient
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// answer is one HTTP answer of the bank, read and bounded.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+	// tooLarge is set when the body exceeded the size limit; body then holds
+	// only its beginning.
+	tooLarge bool
+}
+
+// parsePayment decodes and validates a payment body. Every error wraps
+// ErrMalformedResponse.
+func parsePayment(body []byte) (Payment, error) {
+	var p Payment
+	if err := json.Unmarshal(body, &p); err != nil {
+		return Payment{}, fmt.Errorf("%w: error decoding payment: %w", ErrMalformedResponse, err)
+	}
+	if err := validatePayment(p); err != nil {
+		return Payment{}, err
+	}
+	return p, nil
+}
+
+// validatePayment checks the fields the engine relies on.
+func validatePayment(p Payment) error {
+	if p.ID == "" {
+		return fmt.Errorf("%w: payment without id", ErrMalformedResponse)
+	}
+	if !p.Status.Valid() {
+		return fmt.Errorf("%w: payment %q with unknown status %q", ErrMalformedResponse, sanitize(p.ID), sanitize(string(p.Status)))
+	}
+	if p.AmountCents < 0 {
+		return fmt.Errorf("%w: payment %q with negative amount", ErrMalformedResponse, sanitize(p.ID))
+	}
+	return nil
+}
+
+// parseStatement decodes and validates a statement page. Every error wraps
+// ErrMalformedResponse.
+func parseStatement(body []byte) (StatementPage, error) {
+	var page struct {
+		Payments *[]Payment `json:"payments"`
+		Next     string     `json:"next"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		return StatementPage{}, fmt.Errorf("%w: error decoding statement: %w", ErrMalformedResponse, err)
+	}
+	if page.Payments == nil {
+		return StatementPage{}, fmt.Errorf("%w: statement without payments", ErrMalformedResponse)
+	}
+	for i, p := range *page.Payments {
+		if err := validatePayment(p); err != nil {
+			return StatementPage{}, fmt.Errorf("error in statement entry %d: %w", i, err)
+		}
+	}
+	return StatementPage{Payments: *page.Payments, Next: page.Next}, nil
+}
+
+// checkEcho verifies that a payment answered for key and req is that
+// payment: a bank that answers with another key, reference or amount is not
+// giving an answer we can act on. Fields the bank left empty are not
+// checked. Every error wraps ErrMalformedResponse.
+func checkEcho(p Payment, key string, req *PaymentRequest) error {
+	if p.IdempotencyKey != "" && p.IdempotencyKey != key {
+		return fmt.Errorf("%w: payment %q carries another idempotency key", ErrMalformedResponse, sanitize(p.ID))
+	}
+	if req == nil {
+		return nil
+	}
+	if p.Reference != "" && p.Reference != req.Reference {
+		return fmt.Errorf("%w: payment %q carries another reference", ErrMalformedResponse, sanitize(p.ID))
+	}
+	if p.AmountCents != 0 && p.AmountCents != req.AmountCents {
+		return fmt.Errorf("%w: payment %q carries another amount", ErrMalformedResponse, sanitize(p.ID))
+	}
+	if p.Currency != "" && p.Currency != req.Currency {
+		return fmt.Errorf("%w: payment %q carries another currency", ErrMalformedResponse, sanitize(p.ID))
+	}
+	return nil
+}
+
+// classifySend turns an answer to POST /v1/payments into its outcome.
+func classifySend(a answer, key string, req PaymentRequest) (SendResult, string, error) {
+	switch {
+	case a.status == http.StatusCreated || a.status == http.StatusOK:
+		p, err := parseAccepted(a, key, &req)
+		if err != nil {
+			return SendResult{}, OutcomeAmbiguous, err
+		}
+		replayed := a.status == http.StatusOK || a.header.Get("Idempotent-Replayed") == "true"
+		if replayed {
+			return SendResult{Payment: p, Replayed: true}, OutcomeReplayed, nil
+		}
+		return SendResult{Payment: p}, OutcomeAccepted, nil
+
+	case a.status == http.StatusUnprocessableEntity:
+		eb, ok := parseErrorBody(a)
+		if !ok {
+			// Without the code we cannot tell a rejection from key reuse,
+			// and key reuse means a payment may exist under this key.
+			return SendResult{}, OutcomeAmbiguous, ambiguousStatus(a, "", false)
+		}
+		if eb.Error == ErrorCodeKeyReuse {
+			return SendResult{}, OutcomeKeyReuse, ErrKeyReuse
+		}
+		return SendResult{}, OutcomeRejected, &RejectedError{StatusCode: a.status, Code: sanitize(eb.Error), Reason: sanitize(eb.Reason)}
+
+	case a.status == http.StatusBadRequest:
+		eb, _ := parseErrorBody(a)
+		return SendResult{}, OutcomeRejected, &RejectedError{StatusCode: a.status, Code: sanitize(eb.Error), Reason: sanitize(eb.Reason)}
+	}
+	outcome, err := classifyOther(a)
+	return SendResult{}, outcome, err
+}
+
+// classifyStatus turns an answer to GET /v1/payments/by-key/{key} into its
+// outcome.
+func classifyStatus(a answer, key string) (Payment, string, error) {
+	switch a.status {
+	case http.StatusOK:
+		p, err := parseAccepted(a, key, nil)
+		if err != nil {
+			return Payment{}, OutcomeAmbiguous, err
+		}
+		return p, OutcomeAccepted, nil
+	case http.StatusNotFound:
+		return Payment{}, OutcomeNotFound, ErrNotFound
+	}
+	outcome, err := classifyOther(a)
+	return Payment{}, outcome, err
+}
+
+// classifyStatement turns an answer to GET /v1/statement into its outcome.
+func classifyStatement(a answer) (StatementPage, string, error) {
+	if a.status == http.StatusOK {
+		if a.tooLarge {
+			return StatementPage{}, OutcomeAmbiguous, ambiguousMalformed(a, fmt.Errorf("%w: statement larger than the size limit", ErrMalformedResponse))
+		}
+		page, err := parseStatement(a.body)
+		if err != nil {
+			return StatementPage{}, OutcomeAmbiguous, ambiguousMalformed(a, err)
+		}
+		return page, OutcomeAccepted, nil
+	}
+	outcome, err := classifyOther(a)
+	return StatementPage{}, outcome, err
+}
+
+// parseAccepted parses and checks the payment of a 2xx answer; its errors
+// are ambiguous and retryable.
+func parseAccepted(a answer, key string, req *PaymentRequest) (Payment, error) {
+	if a.tooLarge {
+		return Payment{}, ambiguousMalformed(a, fmt.Errorf("%w: body larger than the size limit", ErrMalformedResponse))
+	}
+	p, err := parsePayment(a.body)
+	if err == nil {
+		err = checkEcho(p, key, req)
+	}
+	if err != nil {
+		return Payment{}, ambiguousMalformed(a, err)
+	}
+	return p, nil
+}
+
+// classifyOther classifies the answers that mean the same for every
+// operation: everything but the definitive ones.
+func classifyOther(a answer) (string, error) {
+	eb, _ := parseErrorBody(a)
+	switch {
+	case a.status == http.StatusUnauthorized || a.status == http.StatusForbidden:
+		return OutcomeUnauthorized, ambiguousStatus(a, eb.Error, false)
+	case a.status >= 500,
+		a.status == http.StatusTooManyRequests,
+		a.status == http.StatusRequestTimeout,
+		a.status == http.StatusConflict, // a concurrent request with this key is in flight
+		a.status == http.StatusTooEarly,
+		a.status >= 200 && a.status < 300: // 202, 204: an answer we cannot act on
+		return OutcomeAmbiguous, ambiguousStatus(a, eb.Error, true)
+	}
+	return OutcomeAmbiguous, ambiguousStatus(a, eb.Error, false)
+}
+
+// parseErrorBody decodes an error body; ok is false when it is not one.
+func parseErrorBody(a answer) (ErrorBody, bool) {
+	if a.tooLarge {
+		return ErrorBody{}, false
+	}
+	var eb ErrorBody
+	if err := json.Unmarshal(a.body, &eb); err != nil || eb.Error == "" {
+		return ErrorBody{}, false
+	}
+	return eb, true
+}
+
+// ambiguousStatus builds the error of an answer that is not definitive.
+func ambiguousStatus(a answer, code string, retry bool) *AmbiguousError {
+	return &AmbiguousError{
+		StatusCode: a.status,
+		RetryAfter: retryAfter(a.header, time.Now()),
+		Err:        &StatusError{StatusCode: a.status, Code: sanitize(code)},
+		retry:      retry,
+	}
+}
+
+// ambiguousMalformed builds the error of a 2xx answer that is not valid.
+func ambiguousMalformed(a answer, err error) *AmbiguousError {
+	return &AmbiguousError{StatusCode: a.status, Err: err, retry: true}
+}
+
+// maxRetryAfter bounds a Retry-After the bank may ask for.
+const maxRetryAfter = time.Hour
+
+// retryAfter parses a Retry-After header (seconds or an HTTP date); 0 when
+// absent or invalid.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs > int64(maxRetryAfter/time.Second) {
+			return maxRetryAfter
+		}
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
