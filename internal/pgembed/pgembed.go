@@ -49,7 +49,8 @@ type Options struct {
 	// speed and a watchdog process stops the cluster and removes Home when
 	// the process that started it exits, however it exits.
 	Ephemeral bool
-	// BinDir overrides the discovery of the server binaries.
+	// BinDir overrides the discovery of the server binaries; when empty,
+	// SETTLE_PG_BINDIR does, and when that is unset FindBinDir looks.
 	BinDir string
 	// Logf receives one line per notable action (initdb, start, reuse).
 	Logf func(format string, args ...any)
@@ -85,14 +86,7 @@ func DefaultHome() (string, error) {
 // FindBinDir looks for the server binaries on PATH, through
 // `pg_config --bindir`, and in /usr/lib/postgresql/*/bin, newest first.
 func FindBinDir() (string, error) {
-	has := func(dir string) bool {
-		for _, b := range []string{"initdb", "pg_ctl", "postgres"} {
-			if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() {
-				return false
-			}
-		}
-		return true
-	}
+	has := hasServer
 	if p, err := exec.LookPath("pg_ctl"); err == nil && has(filepath.Dir(p)) {
 		return filepath.Dir(p), nil
 	}
@@ -109,6 +103,15 @@ func FindBinDir() (string, error) {
 		}
 	}
 	return "", ErrNoServer
+}
+
+func hasServer(dir string) bool {
+	for _, b := range []string{"initdb", "pg_ctl", "postgres"} {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 func versionOf(binDir string) float64 {
@@ -144,10 +147,15 @@ func Ensure(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	binDir := opts.BinDir
 	if binDir == "" {
+		binDir = os.Getenv("SETTLE_PG_BINDIR")
+	}
+	if binDir == "" {
 		var err error
 		if binDir, err = FindBinDir(); err != nil {
 			return nil, err
 		}
+	} else if !hasServer(binDir) {
+		return nil, fmt.Errorf("%s: %w", binDir, ErrNoServer)
 	}
 	cred, err := serverCredential()
 	if err != nil {
@@ -284,7 +292,10 @@ func (c *Cluster) initIfNeeded(ctx context.Context, ephemeral bool, logf func(st
 		"log_min_error_statement = panic",
 	}
 	if ephemeral {
-		conf = append(conf, "fsync = off", "synchronous_commit = off", "full_page_writes = off")
+		// fsync off survives a killed server (the OS keeps the writes), not
+		// a killed machine: fine for tests. synchronous_commit stays on, so
+		// an acknowledged commit survives an immediate shutdown.
+		conf = append(conf, "fsync = off", "full_page_writes = off")
 	}
 	f, err := os.OpenFile(filepath.Join(c.dataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {

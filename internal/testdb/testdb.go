@@ -176,6 +176,19 @@ type DB struct {
 func New(t testing.TB) *DB {
 	t.Helper()
 	setup(t)
+	return create(t, template)
+}
+
+// NewEmpty creates a fresh database with no schema at all, for tests of
+// the migrations themselves, and drops it when t ends.
+func NewEmpty(t testing.TB) *DB {
+	t.Helper()
+	setup(t)
+	return create(t, "template0")
+}
+
+func create(t testing.TB, template string) *DB {
+	t.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("t_%d_%d", os.Getpid(), counter.Add(1))
 	conn, err := pgx.Connect(ctx, adminURL)
