@@ -1,0 +1,286 @@
+// Package fakebank is the bank simulator: a real HTTP server that speaks the
+// bank protocol of DESIGN.md section 7 (idempotent payments, status by key,
+// the statement, the admin fault profile and the stats), usable in-process
+// from tests (NewTestServer, Bank.Start) and as `settle fakebank`.
+//
+// It owns the simulated bank's books: the payments it has created, the
+// idempotency keys it remembers, and the counters behind /admin/stats. It
+// injects the faults real banks show (5xx before processing, lost responses,
+// failing status calls, latency, definitive rejections, failed settlements,
+// forgotten keys), drawing every decision from one seeded source so that a
+// seed reproduces the same decisions for the same order of requests.
+//
+// It must never import the engine (intake, statemachine, jobs, reconcile) nor
+// know anything about settlements beyond the wire types of bankclient: it is
+// the other party, and tests trust it only because it is independent. It must
+// never answer a payment request before the payment is in its books (and on
+// disk when a state file is used).
+package fakebank
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/settle/settle/bankclient"
+)
+
+// Options configures a Bank. The zero value is a usable in-memory bank with no
+// faults, seed 0, the real clock and no logging.
+type Options struct {
+	// Seed seeds the one random source behind every fault decision.
+	Seed int64
+	// StatePath, when set, is the file that keeps the books across restarts.
+	// Every mutation is written to it atomically before it is answered.
+	StatePath string
+	// Now is the bank's clock; it drives settlement progress and key expiry.
+	// Default time.Now.
+	Now func() time.Time
+	// Faults is the initial fault profile. It must be valid (see SetFaults).
+	Faults bankclient.Faults
+	// Logger receives one structured event per decision. Default: discard.
+	Logger *slog.Logger
+}
+
+// Bank is a simulated bank. It is safe for concurrent use.
+type Bank struct {
+	now       func() time.Time
+	log       *slog.Logger
+	statePath string
+
+	// ctx is cancelled by Close; it is the base context of every request the
+	// bank serves, so that latency sleeps end when the bank stops.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	rngMu sync.Mutex // guards rng; taken after mu when both are held
+	rng   *rand.Rand
+
+	mu      sync.Mutex // guards everything below
+	faults  bankclient.Faults
+	books   *books
+	version uint64 // incremented by every mutation of books
+
+	persistMu sync.Mutex // serialises writes of the state file
+	durable   uint64     // version last written to the state file; guarded by persistMu
+
+	srvMu sync.Mutex
+	srv   *http.Server
+}
+
+// New returns a bank configured by opts. When opts.StatePath names an
+// existing file, the books are loaded from it.
+func New(opts Options) (*Bank, error) {
+	if err := validateFaults(opts.Faults); err != nil {
+		return nil, fmt.Errorf("error validating initial faults: %w", err)
+	}
+	b := &Bank{
+		now:       opts.Now,
+		log:       opts.Logger,
+		statePath: opts.StatePath,
+		rng:       rand.New(rand.NewPCG(uint64(opts.Seed), 0x5e771e)),
+		faults:    opts.Faults,
+		books:     newBooks(),
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if b.statePath != "" {
+		bk, err := loadState(b.statePath)
+		if err != nil {
+			return nil, err
+		}
+		b.books = bk
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// Faults returns the current fault profile.
+func (b *Bank) Faults() bankclient.Faults {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.faults
+}
+
+// SetFaults replaces the whole fault profile, as PUT /admin/faults does.
+// Rates must lie in [0, 1]; durations must be non-negative and at most a
+// year; LatencyMinMS must not exceed LatencyMaxMS.
+func (b *Bank) SetFaults(f bankclient.Faults) error {
+	if err := validateFaults(f); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.faults = f
+	b.mu.Unlock()
+	b.log.Info("fakebank: fault profile replaced", "faults", f)
+	return nil
+}
+
+// Stats returns the counters of GET /admin/stats.
+func (b *Bank) Stats() bankclient.Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.books.stats()
+}
+
+// Handler returns the HTTP handler serving the bank protocol and the admin API.
+func (b *Bank) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/payments", b.handleCreatePayment)
+	mux.HandleFunc("GET /v1/payments/by-key/{key}", b.handlePaymentByKey)
+	mux.HandleFunc("GET /v1/statement", b.handleStatement)
+	mux.HandleFunc("GET /admin/faults", b.handleGetFaults)
+	mux.HandleFunc("PUT /admin/faults", b.handlePutFaults)
+	mux.HandleFunc("GET /admin/stats", b.handleStats)
+	return mux
+}
+
+// Start serves the bank on a new listener at addr (for example
+// "127.0.0.1:0") in the background and returns its base URL. Stop it with
+// Shutdown or Close.
+func (b *Bank) Start(addr string) (baseURL string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("error listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           b.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return b.ctx },
+	}
+	b.srvMu.Lock()
+	if b.srv != nil {
+		b.srvMu.Unlock()
+		_ = ln.Close()
+		return "", errors.New("error starting fakebank: already started")
+	}
+	b.srv = srv
+	b.srvMu.Unlock()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			b.log.Error("fakebank: server stopped", "error", err)
+		}
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// Shutdown stops the server started by Start gracefully: it stops accepting
+// connections and waits for requests in flight until ctx is done, then
+// cancels what is left. The books are already on disk (every mutation is
+// written before it is answered); Shutdown writes them once more in case.
+func (b *Bank) Shutdown(ctx context.Context) error {
+	b.srvMu.Lock()
+	srv := b.srv
+	b.srvMu.Unlock()
+	var err error
+	if srv != nil {
+		if err = srv.Shutdown(ctx); err != nil {
+			b.cancel()
+			_ = srv.Close()
+			err = fmt.Errorf("error shutting down fakebank: %w", err)
+		}
+	}
+	b.cancel()
+	return errors.Join(err, b.flush())
+}
+
+// Close stops the server started by Start at once, ends every request in
+// flight, and makes sure the books are on disk.
+func (b *Bank) Close() error {
+	b.cancel()
+	b.srvMu.Lock()
+	srv := b.srv
+	b.srvMu.Unlock()
+	var err error
+	if srv != nil {
+		if cerr := srv.Close(); cerr != nil {
+			err = fmt.Errorf("error closing fakebank: %w", cerr)
+		}
+	}
+	return errors.Join(err, b.flush())
+}
+
+// flush writes the current books to the state file if they changed since
+// the last write.
+func (b *Bank) flush() error {
+	b.mu.Lock()
+	v := b.version
+	b.mu.Unlock()
+	return b.persist(v)
+}
+
+// chance draws a fault decision with probability p. Rates of 0 and 1 draw
+// nothing, so that a profile's certain outcomes do not shift the sequence.
+func (b *Bank) chance(p float64) bool {
+	if p <= 0 {
+		return false
+	}
+	if p >= 1 {
+		return true
+	}
+	b.rngMu.Lock()
+	defer b.rngMu.Unlock()
+	return b.rng.Float64() < p
+}
+
+// latency draws a delay uniformly from [min, max] milliseconds.
+func (b *Bank) latency(minMS, maxMS int64) time.Duration {
+	if maxMS <= minMS {
+		return time.Duration(minMS) * time.Millisecond
+	}
+	b.rngMu.Lock()
+	defer b.rngMu.Unlock()
+	return time.Duration(minMS+b.rng.Int64N(maxMS-minMS+1)) * time.Millisecond
+}
+
+// maxDurationMS bounds every duration of a fault profile (one year), so that
+// converting it to a time.Duration cannot overflow.
+const maxDurationMS = 365 * 24 * 60 * 60 * 1000
+
+// validateFaults checks a fault profile.
+func validateFaults(f bankclient.Faults) error {
+	rates := []struct {
+		name string
+		v    float64
+	}{
+		{"fail_before_rate", f.FailBeforeRate},
+		{"drop_response_rate", f.DropResponseRate},
+		{"status_error_rate", f.StatusErrorRate},
+		{"reject_rate", f.RejectRate},
+		{"settlement_failure_rate", f.SettlementFailureRate},
+	}
+	for _, r := range rates {
+		if !(r.v >= 0 && r.v <= 1) { // also false for NaN
+			return fmt.Errorf("%s must be in [0, 1], got %v", r.name, r.v)
+		}
+	}
+	durations := []struct {
+		name string
+		v    int64
+	}{
+		{"latency_min_ms", f.LatencyMinMS},
+		{"latency_max_ms", f.LatencyMaxMS},
+		{"settle_delay_ms", f.SettleDelayMS},
+		{"key_ttl_ms", f.KeyTTLMS},
+	}
+	for _, d := range durations {
+		if d.v < 0 || d.v > maxDurationMS {
+			return fmt.Errorf("%s must be in [0, %d], got %d", d.name, int64(maxDurationMS), d.v)
+		}
+	}
+	if f.LatencyMinMS > f.LatencyMaxMS {
+		return fmt.Errorf("latency_min_ms (%d) must not exceed latency_max_ms (%d)", f.LatencyMinMS, f.LatencyMaxMS)
+	}
+	return nil
+}
