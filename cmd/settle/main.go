@@ -35,6 +35,7 @@ func commands() []command {
 	return []command{
 		{"migrate", "apply the app schema and River's schema (idempotent)", cmdMigrate},
 		{"db", "manage the embedded default PostgreSQL cluster (status, stop, url)", cmdDB},
+		{"fakebank", "run the bank simulator (bank protocol, injectable faults)", cmdFakebank},
 	}
 }
 
