@@ -20,8 +20,9 @@
 //	--------------------------------------------  ----------------------------  -----------------------------  -------------
 //	201 + valid payment                           accepted (Replayed=false)     payment / page                 -
 //	200 + valid payment                           accepted (Replayed=true)      payment / page                 -
-//	2xx with a body that is not a valid payment,  *AmbiguousError               *AmbiguousError                yes
-//	  too large, another key, another amount        (wraps ErrMalformedResponse)
+//	2xx with a body that is not a valid payment:  *AmbiguousError               *AmbiguousError                yes
+//	  unparseable, too large, duplicate keys,       (wraps ErrMalformedResponse)
+//	  unknown status, another key or amount
 //	422 {"error":"idempotency_key_reuse"}         ErrKeyReuse                   *AmbiguousError (unexpected)   never
 //	422 {"error":"rejected"} or other JSON code   *RejectedError                *AmbiguousError (unexpected)   never
 //	422 with an unreadable body                   *AmbiguousError               *AmbiguousError                no
@@ -48,5 +49,8 @@
 // In-call retries use github.com/cenkalti/backoff/v4 (exponential, jittered,
 // bounded by [RetryPolicy]) and always resend the identical body under the
 // identical Idempotency-Key. They stop at once when the parent context is
-// done. Longer-term retries belong to the caller (River jobs).
+// done. Longer-term retries belong to the caller (River jobs). Note that
+// net/http itself may resend a request carrying an Idempotency-Key once when a
+// reused keep-alive connection breaks; that resend is identical too, so it is
+// safe, but the bank may see up to twice RetryPolicy.MaxAttempts requests.
 package bankclient

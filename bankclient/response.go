@@ -1,8 +1,11 @@
 package bankclient
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -22,6 +25,9 @@ type answer struct {
 // ErrMalformedResponse.
 func parsePayment(body []byte) (Payment, error) {
 	var p Payment
+	if err := checkDuplicateKeys(body); err != nil {
+		return Payment{}, err
+	}
 	if err := json.Unmarshal(body, &p); err != nil {
 		return Payment{}, fmt.Errorf("%w: error decoding payment: %w", ErrMalformedResponse, err)
 	}
@@ -29,6 +35,71 @@ func parsePayment(body []byte) (Payment, error) {
 		return Payment{}, err
 	}
 	return p, nil
+}
+
+// maxJSONDepth bounds the nesting of a bank answer.
+const maxJSONDepth = 32
+
+// errDuplicateKey and errTooDeep are the causes checkDuplicateKeys reports.
+var (
+	errDuplicateKey = errors.New("duplicate object key")
+	errTooDeep      = errors.New("nesting too deep")
+)
+
+// checkDuplicateKeys refuses a JSON document with a repeated key in any
+// object, or nested deeper than maxJSONDepth: an answer whose meaning depends
+// on which of two values a parser keeps ({"status":"failed","status":
+// "settled"}) is not an answer to act on. Syntax errors are left to the
+// decoder that follows. Every error wraps ErrMalformedResponse.
+func checkDuplicateKeys(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type frame struct {
+		object bool
+		keys   map[string]struct{}
+		expect bool // in an object: the next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return nil // a syntax error; json.Unmarshal reports it
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if d, ok := tok.(json.Delim); ok {
+			switch d {
+			case '{', '[':
+				if len(stack) >= maxJSONDepth {
+					return fmt.Errorf("%w: %w", ErrMalformedResponse, errTooDeep)
+				}
+				if top != nil && top.object {
+					top.expect = true // this value ends; a key comes next
+				}
+				stack = append(stack, &frame{object: d == '{', keys: map[string]struct{}{}, expect: d == '{'})
+			case '}', ']':
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		}
+		if top == nil || !top.object {
+			continue
+		}
+		if top.expect {
+			k, _ := tok.(string)
+			if _, dup := top.keys[k]; dup {
+				return fmt.Errorf("%w: %w %q", ErrMalformedResponse, errDuplicateKey, sanitize(k))
+			}
+			top.keys[k] = struct{}{}
+			top.expect = false
+			continue
+		}
+		top.expect = true // a scalar value ends; a key comes next
+	}
 }
 
 // validatePayment checks the fields the engine relies on.
@@ -51,6 +122,9 @@ func parseStatement(body []byte) (StatementPage, error) {
 	var page struct {
 		Payments *[]Payment `json:"payments"`
 		Next     string     `json:"next"`
+	}
+	if err := checkDuplicateKeys(body); err != nil {
+		return StatementPage{}, err
 	}
 	if err := json.Unmarshal(body, &page); err != nil {
 		return StatementPage{}, fmt.Errorf("%w: error decoding statement: %w", ErrMalformedResponse, err)

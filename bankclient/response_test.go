@@ -1,0 +1,208 @@
+package bankclient
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// FuzzParsePayment checks that no body makes the payment parser panic, and
+// that whatever it accepts is a payment the engine can act on.
+func FuzzParsePayment(f *testing.F) {
+	f.Add([]byte(`{"id":"pay-1","idempotency_key":"k","reference":"stl-1","status":"settled","amount_cents":1250,"currency":"EUR"}`))
+	f.Add([]byte(`{"id":"pay-1","status":"paid"}`))
+	f.Add([]byte(`{"id":"","status":"accepted"}`))
+	f.Add([]byte(`{"id":"p","status":"accepted","amount_cents":-1}`))
+	f.Add([]byte(`{"id":"p","status":"accepted","amount_cents":1e400}`))
+	f.Add([]byte(`{"id":"p","status":"accepted"} trailing`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`null`))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p, err := parsePayment(body)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedResponse) {
+				t.Fatalf("error %v does not wrap ErrMalformedResponse", err)
+			}
+			return
+		}
+		if p.ID == "" || !p.Status.Valid() || p.AmountCents < 0 {
+			t.Fatalf("accepted an invalid payment: %+v", p)
+		}
+	})
+}
+
+// FuzzParseStatement does the same for statement pages.
+func FuzzParseStatement(f *testing.F) {
+	f.Add([]byte(`{"payments":[{"id":"p1","status":"settled"}],"next":"1"}`))
+	f.Add([]byte(`{"payments":[],"next":""}`))
+	f.Add([]byte(`{"payments":null}`))
+	f.Add([]byte(`{"payments":[{"id":"p1","status":"lost"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		page, err := parseStatement(body)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedResponse) {
+				t.Fatalf("error %v does not wrap ErrMalformedResponse", err)
+			}
+			return
+		}
+		for _, p := range page.Payments {
+			if p.ID == "" || !p.Status.Valid() {
+				t.Fatalf("accepted an invalid payment: %+v", p)
+			}
+		}
+	})
+}
+
+// FuzzClassifySend checks the classification of any answer to a payment
+// request: exactly one class, and the safety rules hold. Above all, nothing
+// but a 400 or 422 is ever a rejection, and no 5xx, 429 or 401 is ever
+// definitive.
+func FuzzClassifySend(f *testing.F) {
+	key := KeyFor("stl-1")
+	f.Add(201, "", []byte(`{"id":"p","idempotency_key":"`+key+`","reference":"stl-1","status":"accepted","amount_cents":1250,"currency":"EUR"}`))
+	f.Add(200, "true", []byte(`{"id":"p","status":"settled"}`))
+	f.Add(422, "", []byte(`{"error":"rejected","reason":"no"}`))
+	f.Add(422, "", []byte(`{"error":"idempotency_key_reuse"}`))
+	f.Add(422, "", []byte(`<html>`))
+	f.Add(400, "", []byte(``))
+	f.Add(401, "", []byte(`{"error":"rejected"}`))
+	f.Add(503, "", []byte(`{"error":"rejected"}`))
+	f.Add(429, "", []byte(`{"error":"idempotency_key_reuse"}`))
+	f.Add(201, "", []byte(`{"id":"p","status":"accepted","idempotency_key":"other"}`))
+	f.Add(302, "", []byte(``))
+	f.Fuzz(func(t *testing.T, status int, replayed string, body []byte) {
+		req := PaymentRequest{AmountCents: 1250, Currency: "EUR", Reference: "stl-1"}
+		a := answer{status: status, header: http.Header{"Idempotent-Replayed": {replayed}}, body: body}
+		res, outcome, err := classifySend(a, key, req)
+
+		classes := 0
+		for _, b := range []bool{err == nil, IsAmbiguous(err), IsRejected(err), IsKeyReuse(err)} {
+			if b {
+				classes++
+			}
+		}
+		if classes != 1 {
+			t.Fatalf("status %d: %d classes (err %v)", status, classes, err)
+		}
+		if IsNotFound(err) {
+			t.Fatalf("status %d: send classified as not found", status)
+		}
+		switch {
+		case err == nil:
+			if status != 200 && status != 201 {
+				t.Fatalf("status %d accepted", status)
+			}
+			p := res.Payment
+			if p.ID == "" || !p.Status.Valid() || (p.IdempotencyKey != "" && p.IdempotencyKey != key) {
+				t.Fatalf("accepted an invalid payment: %+v", p)
+			}
+			if outcome != OutcomeAccepted && outcome != OutcomeReplayed {
+				t.Fatalf("outcome %s for an accepted payment", outcome)
+			}
+		case IsRejected(err):
+			if status != 400 && status != 422 {
+				t.Fatalf("status %d classified as a rejection", status)
+			}
+			if outcome != OutcomeRejected {
+				t.Fatalf("outcome %s for a rejection", outcome)
+			}
+			assertPrintable(t, err.Error())
+		case IsKeyReuse(err):
+			if status != 422 {
+				t.Fatalf("status %d classified as key reuse", status)
+			}
+		case IsAmbiguous(err):
+			if outcome != OutcomeAmbiguous && outcome != OutcomeUnauthorized {
+				t.Fatalf("outcome %s for an ambiguous answer", outcome)
+			}
+			assertPrintable(t, err.Error())
+		}
+		if (status >= 500 || status == 429 || status == 401 || status == 403) && !IsAmbiguous(err) {
+			t.Fatalf("status %d not ambiguous: %v", status, err)
+		}
+	})
+}
+
+// assertPrintable fails if s carries control characters from the bank.
+func assertPrintable(t *testing.T, s string) {
+	t.Helper()
+	if !utf8.ValidString(s) {
+		t.Fatalf("invalid UTF-8 in %q", s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			t.Fatalf("unprintable %U in %q", r, s)
+		}
+	}
+}
+
+func TestSanitize(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"insufficient funds", "insufficient funds"},
+		{"a\x00b\nc\x1b[31m", "abc[31m"},
+		{"bad \xff utf8", "bad  utf8"},
+		{strings.Repeat("é", 200), strings.Repeat("é", 128) + "…"},
+	}
+	for _, tt := range tests {
+		if got := sanitize(tt.in); got != tt.want {
+			t.Errorf("sanitize(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		header string
+		want   time.Duration
+	}{
+		{"", 0},
+		{"3", 3 * time.Second},
+		{"0", 0},
+		{"-5", 0},
+		{"99999999999999", time.Hour},
+		{"soon", 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		if tt.header != "" {
+			h.Set("Retry-After", tt.header)
+		}
+		if got := retryAfter(h, now); got != tt.want {
+			t.Errorf("retryAfter(%q) = %v, want %v", tt.header, got, tt.want)
+		}
+	}
+}
+
+func TestCheckDuplicateKeys(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		body    string
+		wantErr error
+	}{
+		{`{"id":"p","status":"settled"}`, nil},
+		{`{"status":"failed","status":"settled"}`, errDuplicateKey},
+		{`{"payments":[{"id":"a","x":{"k":1}},{"id":"b","x":{"k":2}}],"next":""}`, nil},
+		{`{"payments":[{"id":"a","id":"b"}]}`, errDuplicateKey},
+		{`{"a":{"b":1},"a":2}`, errDuplicateKey},
+		{`{"a":[1,{"b":2}],"c":{"b":3}}`, nil},
+		{`{"a":1,"\u0061":2}`, errDuplicateKey},
+		{strings.Repeat("[", 40) + strings.Repeat("]", 40), errTooDeep},
+		{`{"a":`, nil}, // a syntax error, left to json.Unmarshal
+	}
+	for _, tt := range tests {
+		err := checkDuplicateKeys([]byte(tt.body))
+		if !errors.Is(err, tt.wantErr) || (err != nil && !errors.Is(err, ErrMalformedResponse)) {
+			t.Errorf("checkDuplicateKeys(%s) = %v, want %v", tt.body, err, tt.wantErr)
+		}
+	}
+}
