@@ -1,0 +1,38 @@
+package ops
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/settle/settle/internal/metrics"
+)
+
+// NewRegistry returns a Prometheus registry holding the Go runtime and
+// process collectors and, when db is not nil, the settlement state gauges
+// (settle_settlements{state}, settle_needs_investigation) read from db.
+// Pass it to metrics.New for settle's own collectors and to MetricsHandler.
+func NewRegistry(db metrics.Querier) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	if db != nil {
+		reg.MustRegister(metrics.NewStateCollector(db, metrics.StateCollectorOpts{}))
+	}
+	return reg
+}
+
+// MetricsHandler serves the metrics of reg in the Prometheus exposition
+// format. A collector that fails is reported in the scrape, not as a 500,
+// so one bad gauge never hides the others.
+func MetricsHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling:     promhttp.ContinueOnError,
+		Registry:          reg,
+		EnableOpenMetrics: true,
+	})
+}
