@@ -1,0 +1,200 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/statemachine"
+)
+
+var (
+	t0     = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	policy = Policy{KeyTTL: 24 * time.Hour, CheckInterval: time.Second, MaxCheckInterval: 8 * time.Second}
+)
+
+func payment(st bankclient.Status) Answer {
+	return Answer{Kind: AnswerPayment, Payment: bankclient.Payment{ID: "pay_1", Reference: "s1", AmountCents: 1000, Currency: "EUR", Status: st}}
+}
+
+func facts0(st statemachine.State, first time.Time) Facts {
+	return Facts{SettlementID: "s1", State: st, AmountCents: 1000, Currency: "EUR", FirstAttemptAt: first}
+}
+
+func TestDecideSend(t *testing.T) {
+	t.Parallel()
+	now := t0.Add(time.Minute)
+	f := facts0(statemachine.Pending, t0)
+	tests := []struct {
+		name string
+		a    Answer
+		want Decision
+	}{
+		{"accepted", payment(bankclient.StatusAccepted), Decision{To: statemachine.Sent, NextCheckAt: now.Add(time.Second), Definitive: true}},
+		{"processing", payment(bankclient.StatusProcessing), Decision{To: statemachine.Sent, NextCheckAt: now.Add(time.Second), Definitive: true}},
+		{"settled at once", payment(bankclient.StatusSettled), Decision{To: statemachine.Confirmed, WriteMovement: true, Definitive: true}},
+		{"failed at once", payment(bankclient.StatusFailed), Decision{To: statemachine.Failed, Definitive: true}},
+		{"returned", payment(bankclient.StatusReturned), Decision{To: statemachine.Failed, Definitive: true}},
+		{"rejected", Answer{Kind: AnswerRejected}, Decision{To: statemachine.Failed, Definitive: true}},
+		{"key reuse", Answer{Kind: AnswerKeyReuse}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyReuse}},
+		{"ambiguous", Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(time.Second)}},
+		{"unauthorized is never a failure", Answer{Kind: AnswerUnauthorized}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(time.Second)}},
+		{"other payment under our key", Answer{Kind: AnswerPayment, Payment: bankclient.Payment{ID: "p", AmountCents: 999, Status: bankclient.StatusSettled}},
+			Decision{To: statemachine.Uncertain, Flag: ReasonPaymentMismatch}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := DecideSend(f, policy, now, tt.a)
+			got.Reason = ""
+			if got != tt.want {
+				t.Errorf("DecideSend(%s) = %+v, want %+v", tt.name, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecideStatus(t *testing.T) {
+	t.Parallel()
+	young := t0.Add(-time.Hour)      // first attempt one hour before now
+	old := t0.Add(-24*time.Hour - 1) // just past the key TTL
+	edge := t0.Add(-24 * time.Hour)  // exactly the key TTL: no longer young
+	now := t0
+	type tc struct {
+		name string
+		f    Facts
+		a    Answer
+		want Decision
+	}
+	var tests []tc
+	for _, st := range []statemachine.State{statemachine.Pending, statemachine.Sent, statemachine.Uncertain} {
+		f := facts0(st, young)
+		f.CheckAttempts = 2
+		tests = append(tests,
+			tc{"settled/" + string(st), f, payment(bankclient.StatusSettled), Decision{To: statemachine.Confirmed, WriteMovement: true, Definitive: true}},
+			tc{"failed/" + string(st), f, payment(bankclient.StatusFailed), Decision{To: statemachine.Failed, Definitive: true}},
+			tc{"returned/" + string(st), f, payment(bankclient.StatusReturned), Decision{To: statemachine.Failed, Definitive: true}},
+			// Growing intervals: the third check waits 1s·2³ = 8s (the cap).
+			tc{"accepted/" + string(st), f, payment(bankclient.StatusAccepted), Decision{To: statemachine.Sent, NextCheckAt: now.Add(8 * time.Second), Definitive: true}},
+			tc{"processing/" + string(st), f, payment(bankclient.StatusProcessing), Decision{To: statemachine.Sent, NextCheckAt: now.Add(8 * time.Second), Definitive: true}},
+		)
+	}
+	tests = append(tests,
+		// Ambiguous status answers never fail a settlement.
+		tc{"ambiguous/pending becomes uncertain", facts0(statemachine.Pending, young), Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
+		tc{"ambiguous/sent stays", facts0(statemachine.Sent, young), Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Sent, NextCheckAt: now.Add(2 * time.Second)}},
+		tc{"ambiguous/uncertain stays", facts0(statemachine.Uncertain, young), Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
+		tc{"unauthorized/uncertain stays", facts0(statemachine.Uncertain, young), Answer{Kind: AnswerUnauthorized}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
+		tc{"ambiguous/flagged waits for a human", Facts{SettlementID: "s1", State: statemachine.Uncertain, FirstAttemptAt: old, Flagged: true}, Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Uncertain}},
+		// 404: resend while young, never after.
+		tc{"not found/uncertain young resends", facts0(statemachine.Uncertain, young), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Pending, Resend: true}},
+		tc{"not found/pending young resends", facts0(statemachine.Pending, young), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Pending, Resend: true}},
+		tc{"not found/pending never attempted resends", facts0(statemachine.Pending, time.Time{}), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Pending, Resend: true}},
+		tc{"not found/uncertain old is flagged", facts0(statemachine.Uncertain, old), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/uncertain at the TTL is flagged", facts0(statemachine.Uncertain, edge), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/pending old is flagged", facts0(statemachine.Pending, old), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/uncertain without first attempt is flagged", facts0(statemachine.Uncertain, time.Time{}), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/sent young is flagged", facts0(statemachine.Sent, young), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonAcceptedThenUnknown}},
+		tc{"mismatch/sent is flagged", facts0(statemachine.Sent, young), Answer{Kind: AnswerPayment, Payment: bankclient.Payment{ID: "p", Reference: "other", Status: bankclient.StatusSettled}}, Decision{To: statemachine.Uncertain, Flag: ReasonPaymentMismatch}},
+	)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := DecideStatus(tt.f, policy, now, tt.a)
+			got.Reason = ""
+			if got != tt.want {
+				t.Errorf("DecideStatus = %+v, want %+v", got, tt.want)
+			}
+			if got.WriteMovement != (got.To == statemachine.Confirmed) {
+				t.Errorf("movement %v with target %s", got.WriteMovement, got.To)
+			}
+			if got.Moves(tt.f.State) && !statemachine.Allowed(tt.f.State, got.To) {
+				t.Errorf("decision %s → %s is not an allowed transition", tt.f.State, got.To)
+			}
+		})
+	}
+}
+
+// TestDecisionsNeverFailWithoutDefinitiveAnswer runs every state and every
+// answer kind that is not definitive and checks none leads to failed.
+func TestDecisionsNeverFailWithoutDefinitiveAnswer(t *testing.T) {
+	t.Parallel()
+	for _, st := range []statemachine.State{statemachine.Pending, statemachine.Sent, statemachine.Uncertain} {
+		for _, k := range []AnswerKind{AnswerAmbiguous, AnswerUnauthorized, AnswerNotFound} {
+			for _, first := range []time.Time{{}, t0.Add(-time.Minute), t0.Add(-48 * time.Hour)} {
+				f := facts0(st, first)
+				if d := DecideStatus(f, policy, t0, Answer{Kind: k}); d.To == statemachine.Failed || d.WriteMovement {
+					t.Errorf("DecideStatus(%s, %s, first %v) = %+v", st, k, first, d)
+				}
+				if st == statemachine.Pending {
+					if d := DecideSend(f, policy, t0, Answer{Kind: k}); d.To == statemachine.Failed || d.WriteMovement {
+						t.Errorf("DecideSend(%s, %s) = %+v", st, k, d)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestStart(t *testing.T) {
+	t.Parallel()
+	now := t0
+	tests := []struct {
+		f                 Facts
+		wantSend, wantRes Action
+	}{
+		{facts0(statemachine.Pending, time.Time{}), ActionSend, ActionSend},
+		{facts0(statemachine.Pending, now.Add(-time.Hour)), ActionSend, ActionCheck},
+		{facts0(statemachine.Pending, now.Add(-25*time.Hour)), ActionCheck, ActionCheck},
+		{facts0(statemachine.Sent, now.Add(-time.Hour)), ActionNone, ActionCheck},
+		{facts0(statemachine.Uncertain, now.Add(-time.Hour)), ActionNone, ActionCheck},
+		{facts0(statemachine.Confirmed, now.Add(-time.Hour)), ActionNone, ActionNone},
+		{facts0(statemachine.Failed, now.Add(-time.Hour)), ActionNone, ActionNone},
+	}
+	for _, tt := range tests {
+		if got := StartSend(tt.f, policy, now); got != tt.wantSend {
+			t.Errorf("StartSend(%s, first %v) = %s, want %s", tt.f.State, tt.f.FirstAttemptAt, got, tt.wantSend)
+		}
+		if got := StartResolve(tt.f); got != tt.wantRes {
+			t.Errorf("StartResolve(%s, first %v) = %s, want %s", tt.f.State, tt.f.FirstAttemptAt, got, tt.wantRes)
+		}
+	}
+}
+
+func TestCheckDelayGrowsAndCaps(t *testing.T) {
+	t.Parallel()
+	p := Policy{CheckInterval: time.Second, MaxCheckInterval: 10 * time.Second}
+	want := []time.Duration{1, 2, 4, 8, 10, 10, 10}
+	for i, w := range want {
+		if got := p.checkDelay(i); got != w*time.Second {
+			t.Errorf("checkDelay(%d) = %s, want %s", i, got, w*time.Second)
+		}
+	}
+	if got := p.checkDelay(1000); got != 10*time.Second {
+		t.Errorf("checkDelay(1000) = %s", got)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err  error
+		kind AnswerKind
+		ok   bool
+	}{
+		{&bankclient.AmbiguousError{StatusCode: 503, Err: &bankclient.StatusError{StatusCode: 503}}, AnswerAmbiguous, true},
+		{&bankclient.AmbiguousError{StatusCode: 401, Err: &bankclient.StatusError{StatusCode: 401}}, AnswerUnauthorized, true},
+		{fmt.Errorf("wrapped: %w", bankclient.ErrKeyReuse), AnswerKeyReuse, true},
+		{&bankclient.RejectedError{StatusCode: 422, Code: "rejected"}, AnswerRejected, true},
+		{fmt.Errorf("x: %w", bankclient.ErrNotFound), AnswerNotFound, true},
+		{errors.New("error before contacting bank: context canceled"), "", false},
+	}
+	for _, tt := range tests {
+		a, ok := ClassifyStatus(bankclient.Payment{}, tt.err)
+		if a.Kind != tt.kind || ok != tt.ok {
+			t.Errorf("classify(%v) = %s, %v; want %s, %v", tt.err, a.Kind, ok, tt.kind, tt.ok)
+		}
+	}
+}

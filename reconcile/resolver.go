@@ -1,0 +1,557 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/crash"
+	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/statemachine"
+)
+
+// DB is what the Resolver needs of the database; *pgxpool.Pool satisfies it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// TxHook runs inside the transaction that records the last outcome of a
+// Send or Resolve, just before it commits, so that a caller can commit its
+// own bookkeeping with it (a River job completes there, or inserts its
+// follow-up). An error rolls the whole transaction back.
+type TxHook func(ctx context.Context, tx pgx.Tx, out Outcome) error
+
+// Defaults of the Resolver's zero fields.
+const (
+	DefaultKeyTTL           = 24 * time.Hour
+	DefaultCheckInterval    = 2 * time.Second
+	DefaultMaxCheckInterval = 10 * time.Minute
+	DefaultLease            = 2 * time.Minute
+	// recordTimeout bounds the recording of a bank answer, which runs even
+	// when the caller's context has ended: an answer once received is
+	// written down if at all possible.
+	recordTimeout = 15 * time.Second
+	maxDetailLen  = 500
+)
+
+// Resolver carries the decisions out: it sends instructions, asks the bank
+// for their status and applies the answers through statemachine, recording
+// every bank call in bank_attempts. Send and Resolve are safe to run any
+// number of times, concurrently, in any number of processes: the optimistic
+// transitions and the unique ledger movement make a second run harmless.
+type Resolver struct {
+	// DB is the database (required).
+	DB DB
+	// Bank is the bank (required).
+	Bank bankclient.Bank
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// KeyTTL is --bank-key-ttl: never resend once this much time has passed
+	// since the first attempt. Default DefaultKeyTTL.
+	KeyTTL time.Duration
+	// CheckInterval is the delay before the first status check of a sent or
+	// uncertain settlement; each further check waits twice as long, up to
+	// MaxCheckInterval. Defaults DefaultCheckInterval, DefaultMaxCheckInterval.
+	CheckInterval, MaxCheckInterval time.Duration
+	// Lease is how long a job owns a settlement it is working on, or is
+	// scheduled to check, before the sweep assumes the job is lost: stored
+	// next_check_at is the time of the next check plus Lease. It must exceed
+	// the job timeout. Default DefaultLease.
+	Lease time.Duration
+	// Metrics receives the counters. Nil counts nothing.
+	Metrics *metrics.Metrics
+	// Logger receives one event per decision. Nil discards.
+	Logger *slog.Logger
+}
+
+// Outcome is the result of Send or Resolve.
+type Outcome struct {
+	SettlementID string
+	// Action is what was done: send, check, or none.
+	Action Action
+	// State is the settlement's state afterwards (as far as this call knows).
+	State statemachine.State
+	// Decision is the last decision applied (zero when none was).
+	Decision Decision
+	// Done is true when no further check is due from the caller: the
+	// settlement is terminal, waits for a human, or another process moved
+	// it first.
+	Done bool
+	// NextCheckAt is when the caller should check again (when not Done).
+	NextCheckAt time.Time
+	// LostRace is true when another process moved the settlement first.
+	LostRace bool
+}
+
+// facts is a settlement as loaded for a decision.
+type facts struct {
+	Facts
+	AccountID    string
+	Beneficiary  string
+	BankKey      string
+	FlagReason   string
+	EnteredUncer time.Time
+}
+
+func (r *Resolver) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *Resolver) policy() Policy {
+	p := Policy{KeyTTL: r.KeyTTL, CheckInterval: r.CheckInterval, MaxCheckInterval: r.MaxCheckInterval}
+	if p.KeyTTL <= 0 {
+		p.KeyTTL = DefaultKeyTTL
+	}
+	if p.CheckInterval <= 0 {
+		p.CheckInterval = DefaultCheckInterval
+	}
+	if p.MaxCheckInterval <= 0 {
+		p.MaxCheckInterval = DefaultMaxCheckInterval
+	}
+	return p
+}
+
+func (r *Resolver) lease() time.Duration {
+	if r.Lease > 0 {
+		return r.Lease
+	}
+	return DefaultLease
+}
+
+func (r *Resolver) log() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Send is the body of the send_instruction job: it POSTs a pending
+// settlement's instruction under its stable key and applies the answer. A
+// settlement that is no longer pending is left alone (reconciliation owns
+// it); a pending one whose first attempt is older than the key TTL is only
+// checked, never sent. hook may be nil.
+func (r *Resolver) Send(ctx context.Context, settlementID string, hook TxHook) (Outcome, error) {
+	f, err := r.load(ctx, settlementID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	switch StartSend(f.Facts, r.policy(), r.now()) {
+	case ActionSend:
+		return r.send(ctx, f, hook)
+	case ActionCheck:
+		return r.check(ctx, f, hook)
+	}
+	r.log().LogAttrs(ctx, slog.LevelInfo, "send: nothing to do",
+		slog.String("settlement_id", settlementID), slog.String("state", string(f.State)))
+	return Outcome{SettlementID: settlementID, Action: ActionNone, State: f.State, Done: true}, nil
+}
+
+// Resolve asks the bank for a settlement's status by key now and applies
+// the answer: the body of the reconcile_settlement job and of
+// `settle reconcile resolve`. A pending settlement that was never attempted
+// is sent; one the bank never saw is resent under the same key while the key
+// is young. hook may be nil.
+func (r *Resolver) Resolve(ctx context.Context, settlementID string, hook TxHook) (Outcome, error) {
+	f, err := r.load(ctx, settlementID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	switch StartResolve(f.Facts) {
+	case ActionSend:
+		return r.send(ctx, f, hook)
+	case ActionCheck:
+		return r.check(ctx, f, hook)
+	}
+	r.log().LogAttrs(ctx, slog.LevelDebug, "resolve: nothing to do",
+		slog.String("settlement_id", settlementID), slog.String("state", string(f.State)))
+	return Outcome{SettlementID: settlementID, Action: ActionNone, State: f.State, Done: true}, nil
+}
+
+// load reads what the decisions need. A missing settlement wraps
+// statemachine.ErrNotFound.
+func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
+	var (
+		f       facts
+		state   string
+		first   *time.Time
+		reason  *string
+		entered *time.Time
+	)
+	err := r.DB.QueryRow(ctx, `
+		SELECT s.state, s.account_id, s.beneficiary, s.amount_cents, s.currency, s.bank_key,
+		       s.first_attempt_at, s.check_attempts, s.investigation_reason,
+		       (SELECT max(t.at) FROM settlement_transitions t
+		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'uncertain')
+		FROM settlements s WHERE s.settlement_id = $1`, id).
+		Scan(&state, &f.AccountID, &f.Beneficiary, &f.AmountCents, &f.Currency, &f.BankKey,
+			&first, &f.CheckAttempts, &reason, &entered)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, statemachine.ErrNotFound)
+	}
+	if err != nil {
+		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, err)
+	}
+	f.SettlementID = id
+	f.State = statemachine.State(state)
+	if first != nil {
+		f.FirstAttemptAt = *first
+	}
+	if reason != nil {
+		f.FlagReason, f.Flagged = *reason, true
+	}
+	if entered != nil {
+		f.EnteredUncer = *entered
+	}
+	return f, nil
+}
+
+// attempt is one recorded bank call.
+type attempt struct {
+	id     int64
+	op     string
+	answer Answer
+	// sent is false when nothing reached the bank.
+	sent bool
+}
+
+// send claims the POST (committing first_attempt_at before anything can
+// reach the bank), POSTs, and applies the answer.
+func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, error) {
+	now := r.now()
+	att := attempt{op: bankclient.OpSend}
+	var first time.Time
+	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
+		// The key TTL clock starts before any POST can reach the bank, and
+		// the sweep takes over if this job dies before recording an answer.
+		err := tx.QueryRow(ctx, `
+			UPDATE settlements
+			SET first_attempt_at = COALESCE(first_attempt_at, $2),
+			    send_attempts = send_attempts + 1,
+			    next_check_at = $3,
+			    updated_at = $2
+			WHERE settlement_id = $1 AND state = 'pending'
+			  AND (first_attempt_at IS NULL OR first_attempt_at > $4)
+			RETURNING first_attempt_at`,
+			f.SettlementID, now, now.Add(r.lease()), now.Add(-r.policy().KeyTTL)).Scan(&first)
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
+			INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at)
+			VALUES ($1, $2, $3, $4) RETURNING id`,
+			f.SettlementID, att.op, f.BankKey, now).Scan(&att.id)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Moved by another process (or its key aged) since we looked.
+		r.log().LogAttrs(ctx, slog.LevelInfo, "send: settlement no longer pending, not sending",
+			slog.String("settlement_id", f.SettlementID))
+		return Outcome{SettlementID: f.SettlementID, Action: ActionNone, State: f.State, Done: true, LostRace: true}, nil
+	}
+	if err != nil {
+		return Outcome{}, fmt.Errorf("error claiming the send of settlement %s: %w", f.SettlementID, err)
+	}
+	f.FirstAttemptAt = first
+
+	crash.Point(crash.SendBeforeBank)
+	res, err := r.Bank.Send(ctx, f.BankKey, bankclient.PaymentRequest{
+		AmountCents:     f.AmountCents,
+		Currency:        f.Currency,
+		DebtorAccount:   f.AccountID,
+		CreditorAccount: f.Beneficiary,
+		Reference:       f.SettlementID,
+	})
+	crash.Point(crash.SendAfterBank)
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	ans, ok := ClassifySend(res, err)
+	att.answer, att.sent = ans, ok
+	if !ok {
+		r.finishAttempt(rctx, att)
+		return Outcome{}, fmt.Errorf("error sending settlement %s: %w", f.SettlementID, err)
+	}
+	d := DecideSend(f.Facts, r.policy(), r.now(), ans)
+	out, err := r.apply(rctx, f, d, att, hook)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if !out.LostRace {
+		crash.Point(crash.SendAfterCommit)
+	}
+	out.Action = ActionSend
+	return out, nil
+}
+
+// check asks the bank for the status by key and applies the answer; a key
+// the bank never saw is resent while young.
+func (r *Resolver) check(ctx context.Context, f facts, hook TxHook) (Outcome, error) {
+	att := attempt{op: bankclient.OpStatus}
+	if err := r.DB.QueryRow(ctx, `
+		INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at)
+		VALUES ($1, $2, $3, $4) RETURNING id`,
+		f.SettlementID, att.op, f.BankKey, r.now()).Scan(&att.id); err != nil {
+		return Outcome{}, fmt.Errorf("error recording status check of settlement %s: %w", f.SettlementID, err)
+	}
+	p, err := r.Bank.StatusByKey(ctx, f.BankKey)
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	ans, ok := ClassifyStatus(p, err)
+	att.answer, att.sent = ans, ok
+	if !ok {
+		r.finishAttempt(rctx, att)
+		return Outcome{}, fmt.Errorf("error checking settlement %s: %w", f.SettlementID, err)
+	}
+	d := DecideStatus(f.Facts, r.policy(), r.now(), ans)
+	if !d.Resend {
+		out, err := r.apply(rctx, f, d, att, hook)
+		out.Action = ActionCheck
+		return out, err
+	}
+	// Back to pending (recorded with the answer), then POST under the same
+	// key; the send re-checks the key's age against the committed
+	// first_attempt_at.
+	out, err := r.apply(rctx, f, d, att, nil)
+	if err != nil || out.LostRace {
+		out.Action = ActionCheck
+		return out, err
+	}
+	if ctx.Err() != nil {
+		return Outcome{}, fmt.Errorf("error resending settlement %s: %w", f.SettlementID, ctx.Err())
+	}
+	return r.Send(ctx, f.SettlementID, hook)
+}
+
+// apply records the attempt's answer and carries decision d out in one
+// transaction: the transition, the ledger movement when confirmed, the
+// bank's facts, the flag and the next check, then hook. A lost race rolls
+// it back, records the answer alone and reports Done.
+func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, hook TxHook) (Outcome, error) {
+	now := r.now()
+	out := Outcome{SettlementID: f.SettlementID, State: d.To, Decision: d, NextCheckAt: d.NextCheckAt}
+	out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend)
+
+	flagReason := f.FlagReason
+	switch {
+	case d.Flag != "":
+		flagReason = d.Flag
+	case d.Definitive || d.To.Terminal():
+		flagReason = ""
+	}
+	var nextCheck *time.Time
+	if !d.NextCheckAt.IsZero() && !d.To.Terminal() {
+		t := d.NextCheckAt.Add(r.lease())
+		nextCheck = &t
+	}
+	if d.Resend {
+		// The resend that follows sets its own; until then the sweep may
+		// take over after a lease.
+		t := now.Add(r.lease())
+		nextCheck = &t
+	}
+	checks := 0
+	if att.op == bankclient.OpStatus {
+		checks = 1
+	}
+	var paymentID, bankStatus *string
+	if att.answer.Kind == AnswerPayment {
+		paymentID, bankStatus = &att.answer.Payment.ID, (*string)(&att.answer.Payment.Status)
+	}
+
+	tx, err := r.DB.Begin(ctx)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	if err := finishAttempt(ctx, tx, att, now); err != nil {
+		return Outcome{}, err
+	}
+	if d.Moves(f.State) {
+		err := statemachine.Transition(ctx, tx, statemachine.Change{
+			SettlementID: f.SettlementID, From: f.State, To: d.To, Reason: d.Reason, At: now,
+		})
+		if errors.Is(err, statemachine.ErrLostRace) || errors.Is(err, statemachine.ErrForbidden) {
+			// Another process moved it: its decision stands, ours is stale.
+			_ = tx.Rollback(ctx)
+			r.finishAttempt(ctx, att)
+			var te *statemachine.TransitionError
+			if errors.As(err, &te) && te.Actual != "" {
+				out.State = te.Actual
+			}
+			out.Done, out.LostRace = true, true
+			r.log().LogAttrs(ctx, slog.LevelInfo, "decision dropped: settlement moved by another process",
+				slog.String("settlement_id", f.SettlementID), slog.String("from", string(f.State)),
+				slog.String("to", string(d.To)), slog.String("actual", string(out.State)),
+				slog.String("answer", string(att.answer.Kind)))
+			return out, nil
+		}
+		if err != nil {
+			return Outcome{}, fmt.Errorf("error applying decision for settlement %s: %w", f.SettlementID, err)
+		}
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE settlements
+		SET bank_payment_id = COALESCE($3, bank_payment_id),
+		    bank_status = COALESCE($4, bank_status),
+		    next_check_at = $5,
+		    needs_investigation = $6,
+		    investigation_reason = $7,
+		    check_attempts = check_attempts + $8,
+		    updated_at = $9
+		WHERE settlement_id = $1 AND state = $2`,
+		f.SettlementID, string(d.To), paymentID, bankStatus, nextCheck,
+		flagReason != "", nullable(flagReason), checks, now)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		// It stayed in its state in our decision, but not in the database.
+		_ = tx.Rollback(ctx)
+		r.finishAttempt(ctx, att)
+		out.Done, out.LostRace = true, true
+		r.log().LogAttrs(ctx, slog.LevelInfo, "decision dropped: settlement moved by another process",
+			slog.String("settlement_id", f.SettlementID), slog.String("state", string(f.State)),
+			slog.String("answer", string(att.answer.Kind)))
+		return out, nil
+	}
+	if d.WriteMovement {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO ledger_movements (settlement_id, account_id, amount_cents, currency, bank_payment_id, created_at)
+			SELECT settlement_id, account_id, amount_cents, currency, $2, $3
+			FROM settlements WHERE settlement_id = $1`,
+			f.SettlementID, paymentID, now); err != nil {
+			return Outcome{}, fmt.Errorf("error writing the ledger movement of settlement %s: %w", f.SettlementID, err)
+		}
+	}
+	if hook != nil {
+		if err := hook(ctx, tx, out); err != nil {
+			return Outcome{}, fmt.Errorf("error in the transaction of settlement %s: %w", f.SettlementID, err)
+		}
+	}
+	if d.WriteMovement {
+		crash.Point(crash.ConfirmBeforeCommit)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Outcome{}, fmt.Errorf("error committing the answer for settlement %s: %w", f.SettlementID, err)
+	}
+	if d.WriteMovement {
+		crash.Point(crash.ConfirmAfterCommit)
+	}
+	r.observe(f, d, flagReason)
+	r.logDecision(ctx, f, d, att)
+	return out, nil
+}
+
+// observe counts a committed decision.
+func (r *Resolver) observe(f facts, d Decision, flagReason string) {
+	m := r.Metrics
+	if m == nil {
+		return
+	}
+	if d.Moves(f.State) {
+		m.Transitions.WithLabelValues(string(d.To)).Inc()
+		if d.To == statemachine.Uncertain {
+			m.UncertainTotal.Inc()
+		}
+		if d.To.Terminal() && !f.EnteredUncer.IsZero() {
+			m.Resolution.Observe(r.now().Sub(f.EnteredUncer).Seconds())
+		}
+	}
+	if d.Flag != "" && !f.Flagged {
+		m.NeedsInvestigation.Inc()
+	}
+}
+
+func (r *Resolver) logDecision(ctx context.Context, f facts, d Decision, att attempt) {
+	level := slog.LevelInfo
+	if d.Flag != "" {
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{
+		slog.String("settlement_id", f.SettlementID),
+		slog.String("op", att.op),
+		slog.String("answer", string(att.answer.Kind)),
+		slog.String("from", string(f.State)),
+		slog.String("to", string(d.To)),
+		slog.String("reason", d.Reason),
+	}
+	if att.answer.Kind == AnswerPayment {
+		attrs = append(attrs, slog.String("bank_payment_id", att.answer.Payment.ID), slog.String("bank_status", string(att.answer.Payment.Status)))
+	}
+	if d.WriteMovement {
+		attrs = append(attrs, slog.Int64("movement_amount_cents", f.AmountCents), slog.String("currency", f.Currency))
+	}
+	if d.Resend {
+		attrs = append(attrs, slog.Bool("resend", true))
+	}
+	if d.Flag != "" {
+		attrs = append(attrs, slog.String("needs_investigation", d.Flag))
+	}
+	if !d.NextCheckAt.IsZero() {
+		attrs = append(attrs, slog.Time("next_check_at", d.NextCheckAt))
+	}
+	r.log().LogAttrs(ctx, level, "settlement decision", attrs...)
+}
+
+// finishAttempt records an attempt's answer on its own, best effort: used
+// when no decision is applied (nothing was sent, or the race was lost).
+func (r *Resolver) finishAttempt(ctx context.Context, att attempt) {
+	tx, err := r.DB.Begin(ctx)
+	if err == nil {
+		err = finishAttempt(ctx, tx, att, r.now())
+		if err == nil {
+			err = tx.Commit(ctx)
+		} else {
+			_ = tx.Rollback(ctx)
+		}
+	}
+	if err != nil {
+		r.log().LogAttrs(ctx, slog.LevelWarn, "error recording bank attempt",
+			slog.Int64("attempt_id", att.id), slog.String("error", err.Error()))
+	}
+}
+
+func finishAttempt(ctx context.Context, tx pgx.Tx, att attempt, now time.Time) error {
+	outcome := string(att.answer.Kind)
+	if !att.sent {
+		outcome = "not_sent"
+	}
+	var bankStatus *string
+	if att.answer.Kind == AnswerPayment {
+		bankStatus = (*string)(&att.answer.Payment.Status)
+	}
+	var httpStatus *int
+	if att.answer.HTTPStatus != 0 {
+		httpStatus = &att.answer.HTTPStatus
+	}
+	detail := att.answer.Detail
+	if len(detail) > maxDetailLen {
+		detail = strings.ToValidUTF8(detail[:maxDetailLen], "")
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE bank_attempts SET finished_at = $2, outcome = $3, bank_status = $4, http_status = $5, detail = $6
+		WHERE id = $1`, att.id, now, outcome, bankStatus, httpStatus, nullable(detail)); err != nil {
+		return fmt.Errorf("error recording bank attempt %d: %w", att.id, err)
+	}
+	return nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

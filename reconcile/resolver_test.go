@@ -1,0 +1,386 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/statemachine"
+)
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
+type resolverBundle struct {
+	db   *testdb.DB
+	bank *fakebank.Bank
+	url  string
+	r    *Resolver
+}
+
+func setupResolver(t *testing.T, faults bankclient.Faults) *resolverBundle {
+	t.Helper()
+	return setupResolverOpts(t, fakebank.Options{Seed: 7, Faults: faults})
+}
+
+func setupResolverOpts(t *testing.T, opts fakebank.Options) *resolverBundle {
+	t.Helper()
+	db := testdb.New(t)
+	bank, url := fakebank.NewTestServer(t, opts)
+	client, err := bankclient.New(url, bankclient.Options{Timeout: 2 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &resolverBundle{db: db, bank: bank, url: url, r: &Resolver{
+		DB: db.Pool, Bank: client, KeyTTL: time.Hour,
+		CheckInterval: 50 * time.Millisecond, MaxCheckInterval: time.Second, Lease: 5 * time.Second,
+		Metrics: metrics.NewUnregistered(),
+	}}
+}
+
+// insertSettlement creates a pending settlement as intake would (without a
+// receipt or a job).
+func insertSettlement(t *testing.T, db *testdb.DB, id string, amount int64) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash, next_check_at)
+			VALUES ($1, 'acc-1', 'bene-1', $2, 'EUR', 'pending', $3, 'sha256:00', now() + interval '1 minute')`,
+			id, amount, bankclient.KeyFor(id)); err != nil {
+			return err
+		}
+		return statemachine.Created(ctx, tx, id, "test", time.Now())
+	})
+	if err != nil {
+		t.Fatalf("insert settlement: %v", err)
+	}
+}
+
+type row struct {
+	state      statemachine.State
+	movements  int
+	moveAmount int64
+	flag       *string
+	paymentID  *string
+	attempts   int
+	unfinished int
+	nextCheck  *time.Time
+}
+
+func readRow(t *testing.T, db *testdb.DB, id string) row {
+	t.Helper()
+	var r row
+	var st string
+	err := db.Pool.QueryRow(context.Background(), `
+		SELECT s.state, s.investigation_reason, s.bank_payment_id, s.next_check_at,
+		       (SELECT count(*) FROM ledger_movements m WHERE m.settlement_id = s.settlement_id),
+		       (SELECT coalesce(sum(amount_cents), 0) FROM ledger_movements m WHERE m.settlement_id = s.settlement_id),
+		       (SELECT count(*) FROM bank_attempts a WHERE a.settlement_id = s.settlement_id),
+		       (SELECT count(*) FROM bank_attempts a WHERE a.settlement_id = s.settlement_id AND a.finished_at IS NULL)
+		FROM settlements s WHERE settlement_id = $1`, id).
+		Scan(&st, &r.flag, &r.paymentID, &r.nextCheck, &r.movements, &r.moveAmount, &r.attempts, &r.unfinished)
+	if err != nil {
+		t.Fatalf("read settlement %s: %v", id, err)
+	}
+	r.state = statemachine.State(st)
+	return r
+}
+
+// resolveUntilTerminal calls Resolve until the settlement is terminal or the
+// deadline passes, waiting for the bank's settle delay between calls.
+func resolveUntilTerminal(t *testing.T, b *resolverBundle, id string) Outcome {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := b.r.Resolve(context.Background(), id, nil)
+		if err != nil {
+			t.Fatalf("Resolve: %v", err)
+		}
+		if out.State.Terminal() || out.Done {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("settlement %s not terminal: %+v", id, out)
+		}
+		time.Sleep(time.Until(out.NextCheckAt))
+	}
+}
+
+func TestResolverSendThenConfirm(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{SettleDelayMS: 100})
+	insertSettlement(t, b.db, "s-ok", 1234)
+
+	out, err := b.r.Send(context.Background(), "s-ok", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != statemachine.Sent || out.Done || out.NextCheckAt.IsZero() {
+		t.Fatalf("after send: %+v", out)
+	}
+	// A second send (a redelivered job) does nothing.
+	again, err := b.r.Send(context.Background(), "s-ok", nil)
+	if err != nil || again.Action != ActionNone || !again.Done {
+		t.Fatalf("second send = %+v, %v", again, err)
+	}
+	out = resolveUntilTerminal(t, b, "s-ok")
+	if out.State != statemachine.Confirmed {
+		t.Fatalf("final: %+v", out)
+	}
+	r := readRow(t, b.db, "s-ok")
+	if r.state != statemachine.Confirmed || r.movements != 1 || r.moveAmount != 1234 || r.paymentID == nil || r.unfinished != 0 || r.nextCheck != nil {
+		t.Fatalf("row = %+v", r)
+	}
+	// Resolving a confirmed settlement is a no-op.
+	if out, err := b.r.Resolve(context.Background(), "s-ok", nil); err != nil || out.Action != ActionNone {
+		t.Fatalf("resolve confirmed = %+v, %v", out, err)
+	}
+	if st := b.bank.Stats(); st.Payments != 1 || st.MaxPaymentsPerReference != 1 {
+		t.Fatalf("bank stats %+v", st)
+	}
+}
+
+func TestResolverRejectedFails(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{RejectRate: 1})
+	insertSettlement(t, b.db, "s-rej", 100)
+	out, err := b.r.Send(context.Background(), "s-rej", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != statemachine.Failed || !out.Done {
+		t.Fatalf("out = %+v", out)
+	}
+	if r := readRow(t, b.db, "s-rej"); r.movements != 0 || r.state != statemachine.Failed {
+		t.Fatalf("row = %+v", r)
+	}
+}
+
+func TestResolverSettlementFailure(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{SettlementFailureRate: 1, SettleDelayMS: 20})
+	insertSettlement(t, b.db, "s-fail", 100)
+	if _, err := b.r.Send(context.Background(), "s-fail", nil); err != nil {
+		t.Fatal(err)
+	}
+	if out := resolveUntilTerminal(t, b, "s-fail"); out.State != statemachine.Failed {
+		t.Fatalf("out = %+v", out)
+	}
+	if r := readRow(t, b.db, "s-fail"); r.movements != 0 {
+		t.Fatalf("row = %+v", r)
+	}
+}
+
+func TestResolverDroppedResponseBecomesUncertainThenConfirmed(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 20})
+	insertSettlement(t, b.db, "s-drop", 500)
+	out, err := b.r.Send(context.Background(), "s-drop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != statemachine.Uncertain {
+		t.Fatalf("out = %+v", out)
+	}
+	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if out := resolveUntilTerminal(t, b, "s-drop"); out.State != statemachine.Confirmed {
+		t.Fatalf("out = %+v", out)
+	}
+	if r := readRow(t, b.db, "s-drop"); r.movements != 1 || r.moveAmount != 500 {
+		t.Fatalf("row = %+v", r)
+	}
+	if st := b.bank.Stats(); st.MaxPaymentsPerReference != 1 {
+		t.Fatalf("bank stats %+v", st)
+	}
+}
+
+func TestResolverBankDownNeverFails(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{FailBeforeRate: 1, StatusErrorRate: 1})
+	insertSettlement(t, b.db, "s-down", 100)
+	out, err := b.r.Send(context.Background(), "s-down", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != statemachine.Uncertain || out.Done {
+		t.Fatalf("out = %+v", out)
+	}
+	for range 3 {
+		out, err = b.r.Resolve(context.Background(), "s-down", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.State != statemachine.Uncertain || out.Done {
+			t.Fatalf("out = %+v", out)
+		}
+	}
+	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	// The bank never saw the key (503 before processing), the key is young:
+	// resend with the same key, then it settles.
+	if out := resolveUntilTerminal(t, b, "s-down"); out.State != statemachine.Confirmed {
+		t.Fatalf("out = %+v", out)
+	}
+	if st := b.bank.Stats(); st.MaxPaymentsPerReference != 1 || st.Payments != 1 {
+		t.Fatalf("bank stats %+v", st)
+	}
+}
+
+func TestResolverKeyReuseIsFlagged(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{})
+	insertSettlement(t, b.db, "s-reuse", 100)
+	// Someone else used our key with another body.
+	if _, err := b.r.Bank.Send(context.Background(), bankclient.KeyFor("s-reuse"), bankclient.PaymentRequest{
+		AmountCents: 999, Currency: "EUR", DebtorAccount: "x", CreditorAccount: "y", Reference: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.r.Send(context.Background(), "s-reuse", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != statemachine.Uncertain || !out.Done || out.Decision.Flag != ReasonKeyReuse {
+		t.Fatalf("out = %+v", out)
+	}
+	r := readRow(t, b.db, "s-reuse")
+	if r.flag == nil || *r.flag != ReasonKeyReuse || r.nextCheck != nil || r.movements != 0 {
+		t.Fatalf("row = %+v", r)
+	}
+	// Asked again, the bank's payment under our key is not ours: still flagged, never confirmed.
+	out, err = b.r.Resolve(context.Background(), "s-reuse", nil)
+	if err != nil || out.State != statemachine.Uncertain || out.Decision.Flag != ReasonPaymentMismatch {
+		t.Fatalf("resolve = %+v, %v", out, err)
+	}
+}
+
+// TestResolverKeyTTL: the bank forgets keys while the settlement is
+// uncertain; the engine never resends after the key TTL and flags it.
+func TestResolverKeyTTL(t *testing.T) {
+	t.Parallel()
+	// One clock for the bank and the engine.
+	clock := fakebank.NewManualClock(time.Now())
+	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 10_000, KeyTTLMS: 1000}})
+	b.r.Now = clock.Now
+	b.r.KeyTTL = time.Second
+	insertSettlement(t, b.db, "s-ttl", 100)
+	out, err := b.r.Send(context.Background(), "s-ttl", nil)
+	if err != nil || out.State != statemachine.Uncertain {
+		t.Fatalf("send = %+v, %v", out, err)
+	}
+	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 10_000, KeyTTLMS: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second) // past the key TTL: the bank forgets the key
+	payments := b.bank.Stats().Payments
+	out, err = b.r.Resolve(context.Background(), "s-ttl", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != statemachine.Uncertain || !out.Done || out.Decision.Flag != ReasonKeyForgotten {
+		t.Fatalf("resolve = %+v", out)
+	}
+	// A redelivered send job does not POST either.
+	if _, err := b.r.Send(context.Background(), "s-ttl", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.bank.Stats().Payments; got != payments {
+		t.Fatalf("bank payments %d → %d: the engine resent after the key TTL", payments, got)
+	}
+	r := readRow(t, b.db, "s-ttl")
+	if r.state != statemachine.Uncertain || r.flag == nil || *r.flag != ReasonKeyForgotten || r.nextCheck != nil {
+		t.Fatalf("row = %+v", r)
+	}
+}
+
+// TestResolverPendingOldAttemptNeverSent: a pending settlement whose first
+// attempt is older than the key TTL (the worker died long ago) is checked,
+// never POSTed.
+func TestResolverPendingOldAttemptNeverSent(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{})
+	insertSettlement(t, b.db, "s-old", 100)
+	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET first_attempt_at = now() - interval '2 hours' WHERE settlement_id = 's-old'`); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.r.Send(context.Background(), "s-old", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Action != ActionCheck || out.State != statemachine.Uncertain || out.Decision.Flag != ReasonKeyForgotten {
+		t.Fatalf("out = %+v", out)
+	}
+	if st := b.bank.Stats(); st.Payments != 0 {
+		t.Fatalf("bank stats %+v", st)
+	}
+}
+
+func TestResolverConcurrentResolveOneMovement(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{SettleDelayMS: 0})
+	insertSettlement(t, b.db, "s-race", 700)
+	if _, err := b.r.Send(context.Background(), "s-race", nil); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever the send decided, many concurrent resolvers converge.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			if _, err := b.r.Resolve(context.Background(), "s-race", nil); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	r := readRow(t, b.db, "s-race")
+	if r.state != statemachine.Confirmed || r.movements != 1 || r.moveAmount != 700 || r.unfinished != 0 {
+		t.Fatalf("row = %+v", r)
+	}
+}
+
+func TestResolverHookRunsInTransaction(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{})
+	insertSettlement(t, b.db, "s-hook", 100)
+	boom := errors.New("boom")
+	_, err := b.r.Send(context.Background(), "s-hook", func(ctx context.Context, tx pgx.Tx, out Outcome) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v", err)
+	}
+	// The outcome was rolled back with the hook: still pending, and a
+	// second send replays the same key at the bank.
+	if r := readRow(t, b.db, "s-hook"); r.state != statemachine.Pending {
+		t.Fatalf("row = %+v", r)
+	}
+	out, err := b.r.Send(context.Background(), "s-hook", nil)
+	if err != nil || out.State != statemachine.Confirmed && out.State != statemachine.Sent {
+		t.Fatalf("out = %+v, %v", out, err)
+	}
+	if st := b.bank.Stats(); st.Payments != 1 || st.Replays != 1 {
+		t.Fatalf("bank stats %+v", st)
+	}
+}
+
+func TestResolverNotFound(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{})
+	_, err := b.r.Resolve(context.Background(), "nope", nil)
+	if !errors.Is(err, statemachine.ErrNotFound) {
+		t.Fatalf("err = %v", err)
+	}
+}
