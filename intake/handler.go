@@ -1,0 +1,377 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// MaxBatchBytes is the largest accepted batch body.
+const MaxBatchBytes = 16 << 20
+
+// Defaults of HandlerConfig.
+const (
+	// DefaultMaxInflight bounds the intake requests served at once.
+	DefaultMaxInflight = 128
+)
+
+// HandlerConfig configures the HTTP API.
+type HandlerConfig struct {
+	Service *Service
+	// Logger receives one line per decision (default: slog.Default()).
+	Logger *slog.Logger
+	// APIToken, when set, is required as "Authorization: Bearer <token>"
+	// on /v1/. It is compared in constant time and never logged.
+	APIToken string
+	// MaxInflight bounds the intake requests (single or batch) served at
+	// once (default DefaultMaxInflight); past it they are answered 429.
+	MaxInflight int
+	// InflightWait is how long a request waits for a free slot before the
+	// 429 (default 0: answer at once).
+	InflightWait time.Duration
+}
+
+// Handler serves the API of DESIGN.md section 6 that intake owns:
+// POST /v1/settlements, POST /v1/settlements/batch,
+// GET /v1/settlements/{id}, GET /healthz and GET /readyz.
+type Handler struct {
+	svc       *Service
+	log       *slog.Logger
+	tokenHash [32]byte
+	hasToken  bool
+	sem       chan struct{}
+	wait      time.Duration
+	mux       *http.ServeMux
+}
+
+// NewHandler returns the HTTP API for cfg.
+func NewHandler(cfg HandlerConfig) *Handler {
+	h := &Handler{svc: cfg.Service, log: cfg.Logger, wait: cfg.InflightWait}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	if cfg.APIToken != "" {
+		h.hasToken = true
+		h.tokenHash = sha256.Sum256([]byte(cfg.APIToken))
+	}
+	n := cfg.MaxInflight
+	if n <= 0 {
+		n = DefaultMaxInflight
+	}
+	h.sem = make(chan struct{}, n)
+	h.mux = http.NewServeMux()
+	h.mux.Handle("POST /v1/settlements", h.auth(h.limit(http.HandlerFunc(h.postSettlement))))
+	h.mux.Handle("POST /v1/settlements/batch", h.auth(h.limit(http.HandlerFunc(h.postBatch))))
+	h.mux.Handle("GET /v1/settlements/{id}", h.auth(http.HandlerFunc(h.getSettlement)))
+	h.mux.HandleFunc("GET /healthz", h.healthz)
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// auth requires the bearer token when one is configured.
+func (h *Handler) auth(next http.Handler) http.Handler {
+	if !h.hasToken {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		ok := strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], h.tokenHash[:]) == 1
+		if !ok {
+			h.log.Warn("intake: unauthorized request", "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="settle"`)
+			writeProblem(w, Problem{Type: ProblemUnauthorized, Title: "Missing or bad API token", Status: http.StatusUnauthorized})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limit bounds the intake requests in flight; past the bound it answers
+// 429 with Retry-After rather than queueing without limit.
+func (h *Handler) limit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.acquire(r.Context()) {
+			h.log.Warn("intake: overloaded", "path", r.URL.Path, "max_inflight", cap(h.sem))
+			h.svc.m.IntakeTotal.WithLabelValues("overloaded").Inc()
+			writeProblem(w, Problem{Type: ProblemOverloaded, Title: "Too many requests in flight", Status: http.StatusTooManyRequests,
+				Detail: "nothing was acknowledged; deliver the event again later", retryAfter: retryAfterOverloaded})
+			return
+		}
+		defer func() { <-h.sem }()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) acquire(ctx context.Context) bool {
+	select {
+	case h.sem <- struct{}{}:
+		return true
+	default:
+	}
+	if h.wait <= 0 {
+		return false
+	}
+	t := time.NewTimer(h.wait)
+	defer t.Stop()
+	select {
+	case h.sem <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// settlementBody is the answer to an accepted event.
+type settlementBody struct {
+	Settlement
+	Replayed bool `json:"replayed"`
+}
+
+// answer is the status and body of one event's outcome.
+type answer struct {
+	status  int
+	body    any
+	problem *Problem
+}
+
+func (h *Handler) answerFor(res Result, err error) answer {
+	if err != nil {
+		p := problemFor(err)
+		return answer{status: p.Status, body: p, problem: &p}
+	}
+	if res.Replayed {
+		return answer{status: http.StatusOK, body: settlementBody{res.Settlement, true}}
+	}
+	return answer{status: http.StatusCreated, body: settlementBody{res.Settlement, false}}
+}
+
+// logDecision writes the one log line of an event's outcome: never the
+// payload, never the token.
+func (h *Handler) logDecision(ctx context.Context, ev *Event, a answer, err error) {
+	attrs := []slog.Attr{slog.Int("status", a.status)}
+	if ev != nil {
+		attrs = append(attrs, slog.String("settlement_id", ev.SettlementID))
+		if ev.EventID != "" {
+			attrs = append(attrs, slog.String("event_id", ev.EventID))
+		}
+	}
+	level := slog.LevelInfo
+	var outcome string
+	switch {
+	case a.status == http.StatusCreated:
+		outcome = "created"
+	case a.status == http.StatusOK:
+		outcome = "replayed"
+	case a.status == http.StatusConflict:
+		outcome, level = "conflict", slog.LevelWarn
+		attrs = append(attrs, slog.String("stored_hash", a.problem.StoredHash), slog.String("incoming_hash", a.problem.IncomingHash))
+	case errors.Is(err, ErrTooOld):
+		outcome = "too_old"
+	case a.status >= 500:
+		outcome, level = "error", slog.LevelError
+		attrs = append(attrs, slog.String("error", err.Error()))
+	default:
+		outcome = "invalid"
+		attrs = append(attrs, slog.String("field", a.problem.Field), slog.String("reason", a.problem.Detail))
+	}
+	h.log.LogAttrs(ctx, level, "intake: "+outcome, attrs...)
+}
+
+// readBody reads at most limit bytes of the body; a larger body is an
+// *InvalidError wrapping ErrTooLarge.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, &InvalidError{Kind: ErrTooLarge, Reason: "body is over the size limit"}
+	case err != nil:
+		return nil, malformed("", "error reading the body")
+	}
+	return body, nil
+}
+
+func (h *Handler) postSettlement(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, MaxEventBytes)
+	var ev Event
+	if err == nil {
+		ev, err = DecodeEvent(body)
+	}
+	if err != nil {
+		h.svc.m.IntakeTotal.WithLabelValues("invalid").Inc()
+		a := h.answerFor(Result{}, err)
+		h.logDecision(r.Context(), nil, a, err)
+		writeProblem(w, *a.problem)
+		return
+	}
+	res, err := h.svc.Submit(r.Context(), ev)
+	a := h.answerFor(res, err)
+	h.logDecision(r.Context(), &ev, a, err)
+	if a.problem != nil {
+		writeProblem(w, *a.problem)
+		return
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, "application/json", a.status, a.body)
+}
+
+// BatchItem is the outcome of one event of a batch: the status code and
+// body it would have had on its own.
+type BatchItem struct {
+	Status int `json:"status"`
+	Body   any `json:"body"`
+}
+
+// BatchResponse is the answer to POST /v1/settlements/batch.
+type BatchResponse struct {
+	// Results holds one item per event, in order.
+	Results []BatchItem `json:"results"`
+	// Counts sums the outcomes: created, replayed, conflict, invalid.
+	Counts map[string]int `json:"counts"`
+}
+
+// splitBatch splits a batch body into its events: a JSON array, or NDJSON
+// (one event per non-blank line). An array that is not valid JSON cannot
+// be split and fails as a whole.
+func splitBatch(body []byte) ([][]byte, error) {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	var items [][]byte
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		dec := json.NewDecoder(bytes.NewReader(trimmed))
+		if _, err := dec.Token(); err != nil {
+			return nil, malformed("", "batch is not a JSON array")
+		}
+		for dec.More() {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, malformed("", "batch is not a valid JSON array")
+			}
+			if len(items) == MaxBatch {
+				return nil, &InvalidError{Kind: ErrTooLarge, Reason: "batch holds more than 1000 events"}
+			}
+			items = append(items, raw)
+		}
+		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+			return nil, malformed("", "batch is not a valid JSON array")
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return nil, malformed("", "unexpected data after the batch array")
+		}
+		return items, nil
+	}
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if len(items) == MaxBatch {
+			return nil, &InvalidError{Kind: ErrTooLarge, Reason: "batch holds more than 1000 events"}
+		}
+		items = append(items, line)
+	}
+	return items, nil
+}
+
+func (h *Handler) postBatch(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, MaxBatchBytes)
+	var raws [][]byte
+	if err == nil {
+		raws, err = splitBatch(body)
+	}
+	if err != nil {
+		a := h.answerFor(Result{}, err)
+		h.logDecision(r.Context(), nil, a, err)
+		writeProblem(w, *a.problem)
+		return
+	}
+	resp := BatchResponse{Results: make([]BatchItem, len(raws)), Counts: map[string]int{"created": 0, "replayed": 0, "conflict": 0, "invalid": 0}}
+	evs := make([]Event, 0, len(raws))
+	idx := make([]int, 0, len(raws))
+	for i, raw := range raws {
+		ev, err := DecodeEvent(raw)
+		if err != nil {
+			h.svc.m.IntakeTotal.WithLabelValues("invalid").Inc()
+			a := h.answerFor(Result{}, err)
+			h.logDecision(r.Context(), nil, a, err)
+			resp.Results[i] = BatchItem{Status: a.status, Body: a.body}
+			resp.Counts["invalid"]++
+			continue
+		}
+		evs = append(evs, ev)
+		idx = append(idx, i)
+	}
+	if len(evs) > 0 {
+		outs, err := h.svc.SubmitBatch(r.Context(), evs)
+		if err != nil {
+			// The whole batch failed: nothing of it is acknowledged.
+			a := h.answerFor(Result{}, err)
+			h.logDecision(r.Context(), nil, a, err)
+			writeProblem(w, *a.problem)
+			return
+		}
+		for j, o := range outs {
+			a := h.answerFor(o.Result, o.Err)
+			h.logDecision(r.Context(), &evs[j], a, o.Err)
+			resp.Results[idx[j]] = BatchItem{Status: a.status, Body: a.body}
+			switch a.status {
+			case http.StatusCreated:
+				resp.Counts["created"]++
+			case http.StatusOK:
+				resp.Counts["replayed"]++
+			case http.StatusConflict:
+				resp.Counts["conflict"]++
+			default:
+				resp.Counts["invalid"]++
+			}
+		}
+	}
+	writeJSON(w, "application/json", http.StatusOK, resp)
+}
+
+func (h *Handler) getSettlement(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	v, err := h.svc.View(r.Context(), id)
+	if err != nil {
+		p := problemFor(err)
+		if p.Status >= 500 {
+			h.log.Error("intake: error loading settlement", "settlement_id", printableField(id), "error", err)
+		}
+		writeProblem(w, p)
+		return
+	}
+	writeJSON(w, "application/json", http.StatusOK, v)
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, "application/json", http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := h.svc.Ping(r.Context()); err != nil {
+		h.log.Warn("intake: not ready", "error", err)
+		writeProblem(w, problemFor(err))
+		return
+	}
+	writeJSON(w, "application/json", http.StatusOK, map[string]string{"status": "ready"})
+}

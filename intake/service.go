@@ -1,0 +1,538 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/crash"
+	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/statemachine"
+)
+
+// Defaults of Config.
+const (
+	// DefaultReplayHorizon is how old an event may be (--replay-horizon).
+	DefaultReplayHorizon = 720 * time.Hour
+	// DefaultPendingGrace is how long a new settlement waits for its
+	// send_instruction job before the sweep looks at it (next_check_at).
+	DefaultPendingGrace = time.Minute
+	// DefaultTimeout bounds the database work of one call.
+	DefaultTimeout = 10 * time.Second
+	// MaxBatch is the largest number of events in one batch.
+	MaxBatch = 1000
+)
+
+// JobInserter inserts the send_instruction jobs of new settlements inside
+// the intake transaction. jobs.Inserter satisfies it.
+type JobInserter interface {
+	InsertSendTx(ctx context.Context, tx pgx.Tx, settlementIDs []string) error
+}
+
+// DB is what intake needs of a connection pool; *pgxpool.Pool satisfies it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Ping(ctx context.Context) error
+}
+
+// Config configures a Service. DB and Jobs are required.
+type Config struct {
+	DB   DB
+	Jobs JobInserter
+	// Metrics receives the intake metrics (default: registered nowhere).
+	Metrics *metrics.Metrics
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// ReplayHorizon refuses events whose occurred_at is older (default 720h).
+	ReplayHorizon time.Duration
+	// PendingGrace sets next_check_at = now + PendingGrace on new
+	// settlements (default 1m).
+	PendingGrace time.Duration
+	// Timeout bounds the database work of one call (default 10s); past it
+	// the call fails with ErrUnavailable.
+	Timeout time.Duration
+}
+
+// Service takes settlement events in: the receipt transaction, replays and
+// conflicts. It is safe for concurrent use and keeps no state of its own
+// between calls: every decision is made by the database.
+type Service struct {
+	db      DB
+	jobs    JobInserter
+	m       *metrics.Metrics
+	now     func() time.Time
+	horizon time.Duration
+	grace   time.Duration
+	timeout time.Duration
+}
+
+// NewService returns a Service for cfg.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.DB == nil || cfg.Jobs == nil {
+		return nil, errors.New("error creating intake service: DB and Jobs are required")
+	}
+	s := &Service{db: cfg.DB, jobs: cfg.Jobs, m: cfg.Metrics, now: cfg.Now,
+		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout}
+	if s.m == nil {
+		s.m = metrics.NewUnregistered()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.horizon == 0 {
+		s.horizon = DefaultReplayHorizon
+	}
+	if s.grace == 0 {
+		s.grace = DefaultPendingGrace
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	return s, nil
+}
+
+// Settlement is a stored settlement as the API shows it.
+type Settlement struct {
+	SettlementID        string    `json:"settlement_id"`
+	AccountID           string    `json:"account_id"`
+	AmountCents         int64     `json:"amount_cents"`
+	Currency            string    `json:"currency"`
+	Beneficiary         string    `json:"beneficiary"`
+	State               string    `json:"state"`
+	PayloadHash         string    `json:"payload_hash"`
+	BankKey             string    `json:"bank_key"`
+	NeedsInvestigation  bool      `json:"needs_investigation"`
+	InvestigationReason string    `json:"investigation_reason,omitempty"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+}
+
+// settlementColumns are scanned by scanSettlement, in this order.
+const settlementColumns = `settlement_id, account_id, amount_cents, currency, beneficiary, state,
+	payload_hash, bank_key, needs_investigation, investigation_reason, created_at, updated_at`
+
+func scanSettlement(row pgx.Row, extra ...any) (Settlement, error) {
+	var st Settlement
+	var reason *string
+	dest := append([]any{&st.SettlementID, &st.AccountID, &st.AmountCents, &st.Currency, &st.Beneficiary, &st.State,
+		&st.PayloadHash, &st.BankKey, &st.NeedsInvestigation, &reason, &st.CreatedAt, &st.UpdatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return Settlement{}, err
+	}
+	if reason != nil {
+		st.InvestigationReason = *reason
+	}
+	return st, nil
+}
+
+// Result is the answer to an accepted event: a new settlement or a replay.
+type Result struct {
+	// Settlement is the stored settlement with its current state.
+	Settlement Settlement
+	// Replayed is true when the event had been received before.
+	Replayed bool
+	// ReceivedAt is when the first receipt was taken (replays only; zero
+	// when unknown).
+	ReceivedAt time.Time
+}
+
+// Outcome is the answer to one event of a batch: a Result, or Err (an
+// *InvalidError for an event older than the replay horizon, or a
+// *ConflictError).
+type Outcome struct {
+	Result Result
+	Err    error
+}
+
+// Submit takes one event in: a new settlement (its receipt, row, creation
+// transition and send_instruction job committed in one transaction), a
+// replay of a stored one, or a conflict (*ConflictError, recorded in its
+// own transaction). It returns an *InvalidError wrapping ErrTooOld for an
+// event older than the replay horizon, and an error matching
+// ErrUnavailable when the database could not answer; then nothing was
+// acknowledged and the event should be delivered again.
+func (s *Service) Submit(ctx context.Context, ev Event) (Result, error) {
+	outs, err := s.SubmitBatch(ctx, []Event{ev})
+	if err != nil {
+		return Result{}, err
+	}
+	return outs[0].Result, outs[0].Err
+}
+
+// lead is the first event of a batch for one settlement_id: the one whose
+// receipt the transaction tries to insert.
+type lead struct {
+	ev   Event
+	hash string
+}
+
+// replayKey counts the events of a batch per (settlement_id, hash).
+type replayKey struct{ id, hash string }
+
+// SubmitBatch takes many events in with Submit's semantics and one outcome
+// per event, in order. All new settlements commit in one transaction;
+// conflicts are then recorded in one more. Within a batch the first event
+// of a settlement_id decides; later ones are replays of it or conflicts
+// with it. An error (ErrUnavailable or another) concerns the whole batch:
+// then nothing of it was acknowledged.
+func (s *Service) SubmitBatch(ctx context.Context, evs []Event) ([]Outcome, error) {
+	now := s.now()
+	outs := make([]Outcome, len(evs))
+	hashes := make([]string, len(evs))
+	leads := make(map[string]*lead, len(evs))
+	order := make([]*lead, 0, len(evs))
+	counts := make(map[replayKey]int64)
+	for i, ev := range evs {
+		if err := ev.CheckHorizon(now, s.horizon); err != nil {
+			outs[i].Err = err
+			continue
+		}
+		hashes[i] = CanonicalHash(ev)
+		counts[replayKey{ev.SettlementID, hashes[i]}]++
+		if _, ok := leads[ev.SettlementID]; !ok {
+			l := &lead{ev: ev, hash: hashes[i]}
+			leads[ev.SettlementID] = l
+			order = append(order, l)
+		}
+	}
+	// A fixed insertion order keeps concurrent batches from deadlocking
+	// on the unique index.
+	sort.Slice(order, func(i, j int) bool { return order[i].ev.SettlementID < order[j].ev.SettlementID })
+
+	var res commitResult
+	if len(order) > 0 {
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		var err error
+		for attempt := 0; ; attempt++ {
+			res, err = s.commit(ctx, order, counts, now)
+			if err == nil {
+				break
+			}
+			if retryable(err) && attempt < 3 {
+				continue
+			}
+			return nil, classify(fmt.Errorf("error committing intake transaction: %w", err))
+		}
+	}
+
+	var conflicts []conflictRecord
+	for i, ev := range evs {
+		if outs[i].Err != nil {
+			continue
+		}
+		st, ok := res.stored[ev.SettlementID]
+		if !ok {
+			return nil, fmt.Errorf("error reading settlement %s after intake: no stored row", ev.SettlementID)
+		}
+		if hashes[i] != st.PayloadHash {
+			ce := &ConflictError{SettlementID: ev.SettlementID, StoredHash: st.PayloadHash, IncomingHash: hashes[i]}
+			outs[i].Err = ce
+			conflicts = append(conflicts, conflictRecord{ev: ev, err: ce})
+			continue
+		}
+		creator := res.created[ev.SettlementID] && leads[ev.SettlementID].hash == hashes[i] && !res.claimed[ev.SettlementID]
+		if creator {
+			res.claimed[ev.SettlementID] = true
+			outs[i].Result = Result{Settlement: st}
+			continue
+		}
+		outs[i].Result = Result{Settlement: st, Replayed: true, ReceivedAt: res.receivedAt[ev.SettlementID]}
+	}
+	if len(conflicts) > 0 {
+		if err := s.recordConflicts(ctx, conflicts, now); err != nil {
+			// Never answer 409 for a conflict that was not recorded: the
+			// producer retries, and the replays in this batch stay replays.
+			return nil, classify(err)
+		}
+	}
+	for i := range outs {
+		s.count(outs[i], now)
+	}
+	return outs, nil
+}
+
+// count records the metrics of one outcome.
+func (s *Service) count(o Outcome, now time.Time) {
+	switch {
+	case errors.Is(o.Err, ErrTooOld):
+		s.m.IntakeTotal.WithLabelValues("too_old").Inc()
+	case errors.Is(o.Err, ErrConflict):
+		s.m.IntakeTotal.WithLabelValues("conflict").Inc()
+		s.m.ReceiptConflicts.Inc()
+	case o.Err != nil:
+		s.m.IntakeTotal.WithLabelValues("invalid").Inc()
+	case o.Result.Replayed:
+		s.m.IntakeTotal.WithLabelValues("replayed").Inc()
+		if !o.Result.ReceivedAt.IsZero() {
+			s.m.ReplayAge.Observe(now.Sub(o.Result.ReceivedAt).Seconds())
+		}
+	default:
+		s.m.IntakeTotal.WithLabelValues("created").Inc()
+	}
+}
+
+// commitResult is what the intake transaction found and wrote.
+type commitResult struct {
+	// stored holds every lead's settlement as committed.
+	stored map[string]Settlement
+	// created holds the settlement_ids created by this transaction.
+	created map[string]bool
+	// receivedAt holds the first receipt time of settlements received before.
+	receivedAt map[string]time.Time
+	// claimed marks which created settlement already had its 201.
+	claimed map[string]bool
+}
+
+// insertSQL inserts the receipts of the leads and, only for the receipts
+// actually inserted, their settlements. A concurrent transaction inserting
+// the same settlement_id makes ours wait on the unique index until it ends;
+// if it committed, ON CONFLICT DO NOTHING skips the row. The NOT EXISTS
+// covers a settlement whose receipt was removed by retention: it is never
+// created twice.
+const insertSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
+		$7::bigint[], $8::text[], $9::text[])
+		AS i(settlement_id, payload_hash, event_id, occurred_at, account_id, beneficiary, amount_cents, currency, bank_key)
+), r AS (
+	INSERT INTO settlement_receipts (settlement_id, payload_hash, received_at, first_event_id, occurred_at)
+	SELECT i.settlement_id, i.payload_hash, $10, NULLIF(i.event_id, ''), i.occurred_at
+	FROM input i
+	WHERE NOT EXISTS (SELECT 1 FROM settlements s WHERE s.settlement_id = i.settlement_id)
+	ORDER BY i.settlement_id
+	ON CONFLICT (settlement_id) DO NOTHING
+	RETURNING settlement_id
+)
+INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
+	bank_key, payload_hash, next_check_at, created_at, updated_at)
+SELECT i.settlement_id, i.account_id, i.beneficiary, i.amount_cents, i.currency, 'pending',
+	i.bank_key, i.payload_hash, $11, $10, $10
+FROM input i JOIN r USING (settlement_id)
+ORDER BY i.settlement_id
+RETURNING ` + settlementColumns
+
+// replaySQL bumps the replay bookkeeping of receipts redelivered with their
+// own hash and reads the stored settlements of the leads that were not new.
+const replaySQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS i(settlement_id, payload_hash, n)
+), bump AS (
+	UPDATE settlement_receipts r SET replay_count = r.replay_count + i.n, last_replay_at = $4
+	FROM input i
+	WHERE r.settlement_id = i.settlement_id AND r.payload_hash = i.payload_hash
+	RETURNING r.settlement_id
+)
+SELECT ` + settlementColumns + `, rc.received_at
+FROM settlements s LEFT JOIN settlement_receipts rc USING (settlement_id)
+WHERE s.settlement_id = ANY($5::text[])`
+
+// commit runs the one intake transaction for the leads.
+func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKey]int64, now time.Time) (commitResult, error) {
+	res := commitResult{
+		stored:     make(map[string]Settlement, len(leads)),
+		created:    make(map[string]bool, len(leads)),
+		receivedAt: make(map[string]time.Time),
+		claimed:    make(map[string]bool),
+	}
+	n := len(leads)
+	ids, hashes, eventIDs := make([]string, n), make([]string, n), make([]string, n)
+	occurred := make([]pgtype.Timestamptz, n)
+	accounts, beneficiaries, currencies, bankKeys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	amounts := make([]int64, n)
+	for i, l := range leads {
+		ids[i], hashes[i], eventIDs[i] = l.ev.SettlementID, l.hash, l.ev.EventID
+		occurred[i] = pgtype.Timestamptz{Time: l.ev.OccurredAt, Valid: !l.ev.OccurredAt.IsZero()}
+		accounts[i], beneficiaries[i], amounts[i], currencies[i] = l.ev.AccountID, l.ev.Beneficiary, l.ev.AmountCents, l.ev.Currency
+		bankKeys[i] = bankclient.KeyFor(l.ev.SettlementID)
+	}
+
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("error beginning transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+
+	rows, err := tx.Query(ctx, insertSQL, ids, hashes, eventIDs, occurred, accounts, beneficiaries, amounts, currencies, bankKeys,
+		now, now.Add(s.grace))
+	if err != nil {
+		return res, fmt.Errorf("error inserting receipts: %w", err)
+	}
+	var createdIDs []string
+	for rows.Next() {
+		st, err := scanSettlement(rows)
+		if err != nil {
+			rows.Close()
+			return res, fmt.Errorf("error reading inserted settlement: %w", err)
+		}
+		res.stored[st.SettlementID] = st
+		res.created[st.SettlementID] = true
+		createdIDs = append(createdIDs, st.SettlementID)
+	}
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("error inserting receipts: %w", err)
+	}
+
+	// The creation transitions and the replay read go in one round trip.
+	b := &pgx.Batch{}
+	q := batchQueuer{b}
+	for _, id := range createdIDs {
+		if err := statemachine.Created(ctx, q, id, "received", now); err != nil {
+			return res, err
+		}
+	}
+	var oldIDs, bumpIDs, bumpHashes []string
+	var bumpN []int64
+	for _, l := range leads {
+		if !res.created[l.ev.SettlementID] {
+			oldIDs = append(oldIDs, l.ev.SettlementID)
+		}
+	}
+	for k, c := range counts {
+		if res.created[k.id] && k.hash == res.stored[k.id].PayloadHash {
+			c-- // the creating event is not a replay
+		}
+		if c > 0 {
+			bumpIDs, bumpHashes, bumpN = append(bumpIDs, k.id), append(bumpHashes, k.hash), append(bumpN, c)
+		}
+	}
+	readOld := len(oldIDs) > 0 || len(bumpIDs) > 0
+	if readOld {
+		b.Queue(replaySQL, bumpIDs, bumpHashes, bumpN, now, oldIDs)
+	}
+	if b.Len() > 0 {
+		br := tx.SendBatch(ctx, b)
+		for range createdIDs {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return res, fmt.Errorf("error recording creation transitions: %w", err)
+			}
+		}
+		if readOld {
+			if err := s.readReplays(br, &res); err != nil {
+				br.Close()
+				return res, err
+			}
+		}
+		if err := br.Close(); err != nil {
+			return res, fmt.Errorf("error finishing intake batch: %w", err)
+		}
+	}
+
+	if len(createdIDs) > 0 {
+		if err := s.jobs.InsertSendTx(ctx, tx, createdIDs); err != nil {
+			return res, fmt.Errorf("error inserting send jobs: %w", err)
+		}
+		crash.Point(crash.IntakeBeforeCommit)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("error committing: %w", err)
+	}
+	if len(createdIDs) > 0 {
+		crash.Point(crash.IntakeAfterCommit)
+	}
+	return res, nil
+}
+
+func (s *Service) readReplays(br pgx.BatchResults, res *commitResult) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("error reading stored settlements: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var received *time.Time
+		st, err := scanSettlement(rows, &received)
+		if err != nil {
+			return fmt.Errorf("error reading stored settlement: %w", err)
+		}
+		res.stored[st.SettlementID] = st
+		if received != nil {
+			res.receivedAt[st.SettlementID] = *received
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("error reading stored settlements: %w", err)
+	}
+	return nil
+}
+
+// batchQueuer lets statemachine.Created write into a pgx.Batch, so the
+// creation transitions of many settlements take one round trip while
+// statemachine keeps owning their SQL. Exec only queues: errors come back
+// when the batch is sent.
+type batchQueuer struct{ b *pgx.Batch }
+
+func (q batchQueuer) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	q.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (q batchQueuer) QueryRow(context.Context, string, ...any) pgx.Row {
+	return errRow{errors.New("batchQueuer: QueryRow is not supported")}
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// conflictRecord is one conflict to write to receipt_conflicts.
+type conflictRecord struct {
+	ev  Event
+	err *ConflictError
+}
+
+// recordConflicts writes the conflicts in their own transaction (one
+// statement), after the intake transaction: a conflict is never applied
+// and never dropped silently.
+func (s *Service) recordConflicts(ctx context.Context, cs []conflictRecord, now time.Time) error {
+	ids, stored, incoming, eventIDs, bodies := make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs))
+	for i, c := range cs {
+		ids[i], stored[i], incoming[i], eventIDs[i] = c.ev.SettlementID, c.err.StoredHash, c.err.IncomingHash, c.ev.EventID
+		bodies[i] = string(c.ev.businessJSON())
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	_, err := s.db.Exec(ctx, `
+		INSERT INTO receipt_conflicts (settlement_id, stored_hash, incoming_hash, detected_at, event_id, incoming)
+		SELECT settlement_id, stored_hash, incoming_hash, $5, NULLIF(event_id, ''), incoming::jsonb
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::text[])
+			AS c(settlement_id, stored_hash, incoming_hash, event_id, incoming)`,
+		ids, stored, incoming, eventIDs, now, bodies)
+	if err != nil {
+		return fmt.Errorf("error recording receipt conflicts: %w", err)
+	}
+	return nil
+}
+
+// Ping reports whether the database answers (for /readyz).
+func (s *Service) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.db.Ping(ctx); err != nil {
+		return classify(fmt.Errorf("error pinging the database: %w", err))
+	}
+	return nil
+}
+
+// View loads everything about settlement id (see LoadView).
+func (s *Service) View(ctx context.Context, id string) (View, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	v, err := LoadView(ctx, s.db, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return View{}, classify(err)
+	}
+	return v, err
+}
