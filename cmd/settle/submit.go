@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/settle/settle/internal/ops"
+	"github.com/settle/settle/internal/submit"
+)
+
+const submitDescription = `
+Posts payout events to the settle API (POST /v1/settlements), one JSON object
+per line (NDJSON), from FILE or standard input ("-" or no argument).
+
+Events are sent with bounded concurrency. Answers that are not definitive
+(connection errors, timeouts, 429, 5xx) are retried with exponential backoff,
+honouring Retry-After, for up to --retry-for per event: sending an event again
+is safe, since settle deduplicates on settlement_id. Each line ends as one of
+  created    201, a new settlement
+  replayed   200, already received with the same payload
+  conflict   409, already received with another payload (recorded, not applied)
+  invalid    not JSON, over 64 KiB, or refused by the API (400/413/422)
+  error      no definitive answer within --retry-for (safe to submit again)
+Blank lines are ignored. Invalid, conflict and error lines are listed with
+their line number on stderr (in the JSON summary with --json). A progress bar
+is drawn on stderr when it is a terminal.
+
+Exit status: 0 every line was created or replayed; 1 some lines were invalid,
+conflicted or got no definitive answer; 2 it could not run (bad flags,
+unreadable input, token refused, API unreachable).
+
+Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_API_TOKEN).`
+
+// cmdSubmit runs `settle submit`.
+func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
+	fs := newFlagSet("submit", "[flags] [FILE|-]", submitDescription, s)
+	url := fs.String("url", "http://127.0.0.1:8080", "base URL of the settle API")
+	token := fs.String("api-token", "", "API token, sent as Authorization: Bearer (never printed)")
+	concurrency := fs.Int("concurrency", 8, "requests in flight")
+	retryFor := fs.Duration("retry-for", 2*time.Minute, "how long to keep retrying one event that gets no definitive answer")
+	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout")
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 1 || *concurrency < 1 {
+		fs.Usage()
+		return exitError
+	}
+	in, name, total, err := openInput(fs.Arg(0), s.In)
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle submit: %v\n", err)
+		return exitError
+	}
+	defer in.Close()
+
+	opts := submit.Options{URL: *url, Token: *token, Concurrency: *concurrency, RetryFor: *retryFor}
+	var bar *progressbar.ProgressBar
+	if ops.IsTerminal(s.Err) {
+		bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(s.Err),
+			progressbar.OptionSetDescription("submitting "+name),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("events"),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+		opts.OnResult = func(submit.Result) { _ = bar.Add(1) }
+	}
+	sum, err := submit.Run(ctx, in, opts)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if *asJSON {
+		enc := json.NewEncoder(s.Out)
+		enc.SetIndent("", "  ")
+		if sum.Problems == nil {
+			sum.Problems = []submit.Result{}
+		}
+		_ = enc.Encode(sum)
+	} else {
+		printProblems(s.Err, sum)
+		fmt.Fprintf(s.Out, "settle submit: %d lines: %d created, %d replayed, %d conflict, %d invalid, %d errors (%d retries, %.1fs)\n",
+			sum.Lines, sum.Created, sum.Replayed, sum.Conflict, sum.Invalid, sum.Errors, sum.Retries, sum.DurationSeconds)
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(s.Err, "settle submit: %v\n", err)
+		return exitError
+	case ctx.Err() != nil:
+		fmt.Fprintln(s.Err, "settle submit: interrupted; lines without an answer are counted as errors (submitting them again is safe)")
+		return exitFindings
+	case !sum.OK():
+		return exitFindings
+	}
+	return exitOK
+}
+
+// openInput opens FILE, or stdin for "" and "-". For a regular file it also
+// counts the lines, to size the progress bar (-1 when unknown).
+func openInput(arg string, stdin io.Reader) (io.ReadCloser, string, int, error) {
+	if arg == "" || arg == "-" {
+		return io.NopCloser(stdin), "stdin", -1, nil
+	}
+	f, err := os.Open(arg)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("error opening the events: %w", err)
+	}
+	total := -1
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+		n, err := submit.CountLines(f)
+		if err != nil {
+			f.Close()
+			return nil, "", 0, fmt.Errorf("error reading %s: %w", arg, err)
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			f.Close()
+			return nil, "", 0, fmt.Errorf("error rereading %s: %w", arg, err)
+		}
+		total = n
+	}
+	return f, arg, total, nil
+}
+
+// printProblems lists the lines that were not created or replayed.
+func printProblems(w io.Writer, sum submit.Summary) {
+	for _, p := range sum.Problems {
+		id := ""
+		if p.SettlementID != "" {
+			id = fmt.Sprintf(" [%s]", p.SettlementID)
+		}
+		status := ""
+		if p.Status != 0 {
+			status = fmt.Sprintf(" (HTTP %d)", p.Status)
+		}
+		fmt.Fprintf(w, "line %d%s: %s%s: %s\n", p.Line, id, p.Outcome, status, p.Detail)
+	}
+	if sum.ProblemsOmitted > 0 {
+		fmt.Fprintf(w, "… and %d more problem lines (counted above, not listed)\n", sum.ProblemsOmitted)
+	}
+}
