@@ -92,7 +92,7 @@ type Result struct {
 	// Line is the 1-based line number in the input.
 	Line int `json:"line"`
 	// SettlementID is the event's settlement_id when it could be read.
-	SettlementID string `json:"settlement_id,omitempty"`
+	SettlementID string  `json:"settlement_id,omitempty"`
 	Outcome      Outcome `json:"outcome"`
 	// Status is the HTTP status of the final answer (0 when none).
 	Status int `json:"status,omitempty"`
