@@ -36,6 +36,7 @@ func commands() []command {
 		{"migrate", "apply the app schema and River's schema (idempotent)", cmdMigrate},
 		{"db", "manage the embedded default PostgreSQL cluster (status, stop, url)", cmdDB},
 		{"fakebank", "run the bank simulator (bank protocol, injectable faults)", cmdFakebank},
+		{"worker", "run the HTTP API (intake) and the River workers", cmdWorker},
 		{"submit", "post NDJSON events to the API, with retries, progress and counts", cmdSubmit},
 	}
 }
