@@ -1,7 +1,16 @@
 // Package jobs holds settle's River job args and workers: thin adapters that
-// carry a settlement through intake, the bank and reconciliation. A worker
-// decides nothing itself: the state machine and the reconcile package do.
-// Every worker is safe to run twice (River is at-least-once).
+// carry a settlement through intake, the bank and reconciliation
+// (send_instruction, reconcile_settlement), and the periodic maintenance
+// (sweep, retention), plus the River configuration a worker process runs
+// ([NewRiverConfig]).
+//
+// A worker decides nothing itself: the state machine and the reconcile
+// package do. Every worker is safe to run twice (River is at-least-once).
+// Jobs must never change settlements.state (statemachine does, through
+// reconcile), never call the bank except through reconcile.Resolver, never
+// deduplicate in process memory, and never report a job complete before its
+// effect commits: where the effect is a database write, the job completes
+// in the same transaction (river.JobCompleteTx).
 package jobs
 
 import (

@@ -1,0 +1,189 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/settle/settle/reconcile"
+)
+
+// Defaults of Deps.
+const (
+	DefaultBankConcurrency        = 50
+	DefaultMaintenanceConcurrency = 2
+	DefaultSweepInterval          = 5 * time.Second
+	DefaultSweepBatch             = 1000
+	DefaultRetentionInterval      = time.Hour
+	DefaultReplayHorizon          = 720 * time.Hour
+	DefaultJobTimeout             = time.Minute
+	DefaultFetchPollInterval      = time.Second
+	DefaultSoftStopTimeout        = 10 * time.Second
+)
+
+// Deps is what settle's workers need and how they are tuned. Every
+// interval is configurable so that tests can use short ones.
+type Deps struct {
+	// Pool is the database (required).
+	Pool *pgxpool.Pool
+	// Resolver carries the bank work out (required). Its Lease must exceed
+	// JobTimeout: it is how long the sweep leaves a claimed settlement alone.
+	Resolver *reconcile.Resolver
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives the workers' and River's logs. Default: discard.
+	Logger *slog.Logger
+
+	// BankConcurrency is how many bank jobs (send, reconcile) one process
+	// runs at once.
+	BankConcurrency int
+	// MaintenanceConcurrency is how many sweep/retention jobs run at once.
+	MaintenanceConcurrency int
+	// SweepInterval is how often the elected leader sweeps for due
+	// settlements. It is also the uniqueness period of the jobs it enqueues
+	// (at least one second, River's minimum).
+	SweepInterval time.Duration
+	// SweepBatch bounds the settlements claimed per sweep transaction.
+	SweepBatch int
+	// RetentionInterval is how often old receipts are deleted.
+	RetentionInterval time.Duration
+	// ReplayHorizon is --replay-horizon: receipts older than this, of
+	// terminal settlements, are deleted.
+	ReplayHorizon time.Duration
+	// JobTimeout bounds one job's run.
+	JobTimeout time.Duration
+	// RescueAfter is when River rescues a job left running by a dead
+	// process. Default: JobTimeout + 10s (just above the timeout).
+	RescueAfter time.Duration
+	// FetchPollInterval is how often an idle worker polls for jobs (it is
+	// also woken by LISTEN/NOTIFY).
+	FetchPollInterval time.Duration
+	// SoftStopTimeout is how long a stopping worker lets in-flight jobs
+	// finish before cancelling them. Default DefaultSoftStopTimeout.
+	SoftStopTimeout time.Duration
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.BankConcurrency <= 0 {
+		d.BankConcurrency = DefaultBankConcurrency
+	}
+	if d.MaintenanceConcurrency <= 0 {
+		d.MaintenanceConcurrency = DefaultMaintenanceConcurrency
+	}
+	if d.SweepInterval <= 0 {
+		d.SweepInterval = DefaultSweepInterval
+	}
+	if d.SweepBatch <= 0 {
+		d.SweepBatch = DefaultSweepBatch
+	}
+	if d.RetentionInterval <= 0 {
+		d.RetentionInterval = DefaultRetentionInterval
+	}
+	if d.ReplayHorizon <= 0 {
+		d.ReplayHorizon = DefaultReplayHorizon
+	}
+	if d.JobTimeout <= 0 {
+		d.JobTimeout = DefaultJobTimeout
+	}
+	if d.RescueAfter <= 0 {
+		d.RescueAfter = d.JobTimeout + 10*time.Second
+	}
+	if d.FetchPollInterval <= 0 {
+		d.FetchPollInterval = DefaultFetchPollInterval
+	}
+	if d.SoftStopTimeout <= 0 {
+		d.SoftStopTimeout = DefaultSoftStopTimeout
+	}
+	return d
+}
+
+// Validate reports a configuration that could not work.
+func (d Deps) Validate() error {
+	d = d.withDefaults()
+	switch {
+	case d.Pool == nil:
+		return errors.New("jobs: Deps.Pool is required")
+	case d.Resolver == nil:
+		return errors.New("jobs: Deps.Resolver is required")
+	case d.RescueAfter <= d.JobTimeout:
+		return fmt.Errorf("jobs: rescue delay %s must exceed the job timeout %s", d.RescueAfter, d.JobTimeout)
+	case lease(d) <= d.JobTimeout:
+		return fmt.Errorf("jobs: resolver lease %s must exceed the job timeout %s", lease(d), d.JobTimeout)
+	case lease(d) <= uniquePeriod(d):
+		// A job re-enqueued after a lease must fall in a new uniqueness
+		// period, or a dead job of the old one would block it.
+		return fmt.Errorf("jobs: resolver lease %s must exceed the sweep's uniqueness period %s", lease(d), uniquePeriod(d))
+	}
+	return nil
+}
+
+// NewWorkers registers every settle worker.
+func NewWorkers(deps Deps) *river.Workers {
+	d := deps.withDefaults()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &SendWorker{resolver: d.Resolver, logger: d.Logger})
+	river.AddWorker(workers, &ReconcileWorker{resolver: d.Resolver, logger: d.Logger, now: d.Now})
+	river.AddWorker(workers, &SweepWorker{pool: d.Pool, now: d.Now, lease: lease(d), period: uniquePeriod(d), batch: d.SweepBatch, logger: d.Logger})
+	river.AddWorker(workers, &RetentionWorker{pool: d.Pool, now: d.Now, horizon: d.ReplayHorizon, batch: 1000, logger: d.Logger})
+	return workers
+}
+
+// uniquePeriod is the uniqueness period of the jobs the sweep enqueues.
+func uniquePeriod(d Deps) time.Duration { return max(d.SweepInterval, time.Second) }
+
+func lease(d Deps) time.Duration {
+	if d.Resolver != nil && d.Resolver.Lease > 0 {
+		return d.Resolver.Lease
+	}
+	return reconcile.DefaultLease
+}
+
+// PeriodicJobs returns the sweep and retention periodic jobs. Configure them
+// on every worker process: River enqueues them from the elected leader only,
+// so whichever process leads runs them. They are not unique: a second run
+// after a change of leader is harmless (the sweep claims rows with SKIP
+// LOCKED and a lease; retention deletes what is still there).
+func PeriodicJobs(deps Deps) []*river.PeriodicJob {
+	d := deps.withDefaults()
+	return []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(d.SweepInterval), func() (river.JobArgs, *river.InsertOpts) {
+			return SweepArgs{}, nil
+		}, &river.PeriodicJobOpts{ID: "sweep", RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(d.RetentionInterval), func() (river.JobArgs, *river.InsertOpts) {
+			return RetentionArgs{}, nil
+		}, &river.PeriodicJobOpts{ID: "retention", RunOnStart: true}),
+	}
+}
+
+// NewRiverConfig returns the full River configuration of a settle worker:
+// every worker, the bank and maintenance queues with their concurrency, the
+// periodic jobs, the job timeout with the rescue delay just above it (so a
+// job left running by a killed process is retried within about a minute,
+// not an hour), and a bounded soft stop.
+func NewRiverConfig(deps Deps) *river.Config {
+	d := deps.withDefaults()
+	return &river.Config{
+		Logger: d.Logger,
+		Queues: map[string]river.QueueConfig{
+			QueueBank:        {MaxWorkers: d.BankConcurrency},
+			QueueMaintenance: {MaxWorkers: d.MaintenanceConcurrency},
+		},
+		Workers:              NewWorkers(d),
+		PeriodicJobs:         PeriodicJobs(d),
+		JobTimeout:           d.JobTimeout,
+		RescueStuckJobsAfter: d.RescueAfter,
+		FetchCooldown:        min(100*time.Millisecond, d.FetchPollInterval),
+		FetchPollInterval:    d.FetchPollInterval,
+		SoftStopTimeout:      d.SoftStopTimeout,
+	}
+}

@@ -1,0 +1,175 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// SweepArgs finds non-terminal settlements whose next check is due and
+// enqueues the job that moves each one on. It is a periodic job.
+type SweepArgs struct{}
+
+// Kind is the River job kind.
+func (SweepArgs) Kind() string { return "sweep" }
+
+// InsertOpts puts the job on the maintenance queue.
+func (SweepArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueMaintenance} }
+
+// RetentionArgs deletes receipts older than the replay horizon of terminal
+// settlements. It is a periodic job.
+type RetentionArgs struct{}
+
+// Kind is the River job kind.
+func (RetentionArgs) Kind() string { return "retention" }
+
+// InsertOpts puts the job on the maintenance queue.
+func (RetentionArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueMaintenance} }
+
+// SweepWorker works sweep. It claims due settlements by pushing their
+// next_check_at one lease ahead, and in the same transaction enqueues for
+// each a send_instruction (pending, never attempted: its job was lost) or a
+// reconcile_settlement (anything else), unique by args and period so that
+// a dead job still marked running cannot block the new one, and completes
+// itself.
+type SweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	pool   *pgxpool.Pool
+	now    func() time.Time
+	lease  time.Duration
+	period time.Duration
+	batch  int
+	logger *slog.Logger
+}
+
+// Work sweeps.
+func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return fmt.Errorf("error sweeping: %w", err)
+	}
+	total := map[string]int{}
+	for {
+		now := w.now()
+		var n int
+		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `
+				UPDATE settlements s SET next_check_at = $2
+				FROM (
+					SELECT settlement_id FROM settlements
+					WHERE state IN ('pending', 'sent', 'uncertain') AND next_check_at <= $1
+					ORDER BY next_check_at
+					LIMIT $3
+					FOR UPDATE SKIP LOCKED
+				) due
+				WHERE s.settlement_id = due.settlement_id
+				RETURNING s.settlement_id, s.state = 'pending' AND s.first_attempt_at IS NULL`,
+				now, now.Add(w.lease), w.batch)
+			if err != nil {
+				return err
+			}
+			var params []river.InsertManyParams
+			unique := river.UniqueOpts{ByArgs: true, ByPeriod: w.period}
+			for rows.Next() {
+				var (
+					id    string
+					fresh bool
+				)
+				if err := rows.Scan(&id, &fresh); err != nil {
+					return err
+				}
+				p := river.InsertManyParams{Args: ReconcileSettlementArgs{SettlementID: id}, InsertOpts: &river.InsertOpts{UniqueOpts: unique}}
+				kind := "reconcile_settlement"
+				if fresh {
+					p.Args, kind = SendInstructionArgs{SettlementID: id}, "send_instruction"
+				}
+				total[kind]++
+				params = append(params, p)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			n = len(params)
+			if n > 0 {
+				if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
+					return err
+				}
+			}
+			if n < w.batch {
+				_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("error sweeping due settlements: %w", err)
+		}
+		if n < w.batch {
+			break
+		}
+	}
+	if len(total) > 0 {
+		w.logger.LogAttrs(ctx, slog.LevelInfo, "sweep enqueued due settlements",
+			slog.Int("send_instruction", total["send_instruction"]),
+			slog.Int("reconcile_settlement", total["reconcile_settlement"]))
+	}
+	return nil
+}
+
+// RetentionWorker works retention: it deletes, in batches, the receipts
+// received before now − the replay horizon whose settlement is terminal.
+// Receipts of settlements still moving are kept whatever their age.
+type RetentionWorker struct {
+	river.WorkerDefaults[RetentionArgs]
+	pool    *pgxpool.Pool
+	now     func() time.Time
+	horizon time.Duration
+	batch   int
+	logger  *slog.Logger
+}
+
+// Work deletes old receipts.
+func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[RetentionArgs]) error {
+	cutoff := w.now().Add(-w.horizon)
+	var deleted int64
+	for {
+		var n int64
+		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `
+				DELETE FROM settlement_receipts r
+				WHERE r.ctid IN (
+					SELECT r2.ctid FROM settlement_receipts r2
+					JOIN settlements s ON s.settlement_id = r2.settlement_id
+					WHERE r2.received_at < $1 AND s.state IN ('confirmed', 'failed')
+					LIMIT $2
+				)`, cutoff, w.batch)
+			if err != nil {
+				return err
+			}
+			n = tag.RowsAffected()
+			if n < int64(w.batch) {
+				_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("error deleting old receipts: %w", err)
+		}
+		deleted += n
+		if n < int64(w.batch) {
+			break
+		}
+	}
+	if deleted > 0 {
+		w.logger.LogAttrs(ctx, slog.LevelInfo, "retention deleted receipts",
+			slog.Int64("deleted", deleted), slog.Time("received_before", cutoff))
+	}
+	return nil
+}

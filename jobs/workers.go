@@ -1,0 +1,131 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/statemachine"
+)
+
+// SendWorker works send_instruction: reconcile.Resolver.Send, with the job
+// completed (and its follow-up reconcile_settlement inserted, scheduled for
+// the first status check) in the transaction that records the bank's answer.
+type SendWorker struct {
+	river.WorkerDefaults[SendInstructionArgs]
+	resolver *reconcile.Resolver
+	logger   *slog.Logger
+}
+
+// Work sends the instruction.
+func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendInstructionArgs]) error {
+	id := job.Args.SettlementID
+	_, err := w.resolver.Send(ctx, id, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
+		if !out.Done && !out.NextCheckAt.IsZero() {
+			if err := insertReconcileTx(ctx, tx, id, out.NextCheckAt); err != nil {
+				return err
+			}
+		}
+		return completeTx(ctx, tx, job, w.logger)
+	})
+	return jobError(err)
+}
+
+// NextRetry retries a failed send soon: the bank call itself is bounded and
+// idempotent, and the sweep is the backstop.
+func (w *SendWorker) NextRetry(job *river.Job[SendInstructionArgs]) time.Time {
+	return time.Now().Add(retryDelay(job.Attempt))
+}
+
+// ReconcileWorker works reconcile_settlement: reconcile.Resolver.Resolve.
+// While the bank says accepted/processing, or gives no definitive answer, it
+// snoozes with growing intervals (the Resolver computes them from the
+// settlement's check count and stores next_check_at); once the settlement is
+// terminal or waits for a human, the job completes in the transaction that
+// recorded the answer.
+type ReconcileWorker struct {
+	river.WorkerDefaults[ReconcileSettlementArgs]
+	resolver *reconcile.Resolver
+	logger   *slog.Logger
+	now      func() time.Time
+}
+
+// Work checks the settlement's status at the bank.
+func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSettlementArgs]) error {
+	out, err := w.resolver.Resolve(ctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
+		if !out.Done {
+			return nil // snoozed after the commit
+		}
+		return completeTx(ctx, tx, job, w.logger)
+	})
+	if err != nil {
+		return jobError(err)
+	}
+	if out.Done || out.NextCheckAt.IsZero() {
+		return nil
+	}
+	return river.JobSnooze(max(out.NextCheckAt.Sub(w.now()), 0))
+}
+
+// NextRetry retries a failed check soon.
+func (w *ReconcileWorker) NextRetry(job *river.Job[ReconcileSettlementArgs]) time.Time {
+	return time.Now().Add(retryDelay(job.Attempt))
+}
+
+// retryDelay grows 1s, 2s, 4s … up to a minute.
+func retryDelay(attempt int) time.Duration {
+	d := time.Second
+	for i := 1; i < attempt && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
+}
+
+// jobError turns a Resolver error into what River should do: a settlement
+// that does not exist never will, so its job is cancelled; anything else is
+// retried.
+func jobError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, statemachine.ErrNotFound) {
+		return river.JobCancel(err)
+	}
+	return err
+}
+
+// insertReconcileTx schedules the status check of a settlement in tx.
+func insertReconcileTx(ctx context.Context, tx pgx.Tx, id string, at time.Time) error {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return fmt.Errorf("error scheduling reconcile_settlement for %s: %w", id, err)
+	}
+	if _, err := client.InsertTx(ctx, tx, ReconcileSettlementArgs{SettlementID: id}, &river.InsertOpts{ScheduledAt: at}); err != nil {
+		return fmt.Errorf("error scheduling reconcile_settlement for %s: %w", id, err)
+	}
+	return nil
+}
+
+// completeTx completes job in tx. A job that is no longer running under
+// this attempt (rescued and taken by another worker) is not an error: the
+// outcome in tx stands, and the other run finds nothing left to do.
+func completeTx[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T], logger *slog.Logger) error {
+	_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+	if errors.Is(err, rivertype.ErrNotFound) {
+		logger.LogAttrs(ctx, slog.LevelInfo, "job no longer running under this attempt; outcome kept",
+			slog.Int64("job_id", job.ID), slog.String("kind", job.Kind))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("error completing job %d: %w", job.ID, err)
+	}
+	return nil
+}

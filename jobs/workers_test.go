@@ -1,0 +1,298 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/reconcile"
+)
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
+type testBundle struct {
+	db     *testdb.DB
+	bank   *fakebank.Bank
+	client *river.Client[pgx.Tx]
+	intake *intake.Service
+	deps   Deps
+}
+
+// setup starts an in-process River client with every settle worker and
+// short intervals against a fresh database and fakebank. start=false builds
+// the client without starting it.
+func setup(t *testing.T, faults bankclient.Faults, start bool, tweak func(*Deps)) *testBundle {
+	t.Helper()
+	db := testdb.New(t)
+	bank, url := fakebank.NewTestServer(t, fakebank.Options{Seed: 11, Faults: faults})
+	bc, err := bankclient.New(url, bankclient.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.NewUnregistered()
+	deps := Deps{
+		Pool: db.Pool,
+		Resolver: &reconcile.Resolver{
+			DB: db.Pool, Bank: bc, KeyTTL: time.Hour,
+			CheckInterval: 50 * time.Millisecond, MaxCheckInterval: 500 * time.Millisecond,
+			Lease: 4 * time.Second, Metrics: m,
+		},
+		SweepInterval:     200 * time.Millisecond,
+		JobTimeout:        3 * time.Second,
+		FetchPollInterval: 50 * time.Millisecond,
+		SoftStopTimeout:   2 * time.Second,
+	}
+	if tweak != nil {
+		tweak(&deps)
+	}
+	if err := deps.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), NewRiverConfig(deps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := intake.NewService(intake.Config{DB: db.Pool, Jobs: Inserter{Client: client}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &testBundle{db: db, bank: bank, client: client, intake: svc, deps: deps}
+	if start {
+		b.start(t)
+	}
+	return b
+}
+
+func (b *testBundle) start(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := b.client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		stopCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
+		defer done()
+		if err := b.client.Stop(stopCtx); err != nil {
+			t.Errorf("stopping River: %v", err)
+		}
+	})
+}
+
+func (b *testBundle) submit(t *testing.T, id string, amount int64) {
+	t.Helper()
+	_, err := b.intake.Submit(context.Background(), intake.Event{
+		SettlementID: id, AccountID: "acc-" + id, AmountCents: amount, Currency: "EUR", Beneficiary: "bene-" + id,
+	})
+	if err != nil {
+		t.Fatalf("submit %s: %v", id, err)
+	}
+}
+
+// waitTerminal polls the database until no settlement is outside a terminal
+// state (or until the deadline).
+func waitTerminal(t *testing.T, db *testdb.DB, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var terminal, total int
+		if err := db.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FILTER (WHERE state IN ('confirmed', 'failed')), count(*) FROM settlements`).Scan(&terminal, &total); err != nil {
+			t.Fatal(err)
+		}
+		if terminal == want && total == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			rows, _ := db.Pool.Query(context.Background(), `SELECT settlement_id, state, coalesce(investigation_reason, ''), next_check_at FROM settlements WHERE state NOT IN ('confirmed', 'failed') LIMIT 10`)
+			for rows.Next() {
+				var id, st, reason string
+				var next *time.Time
+				_ = rows.Scan(&id, &st, &reason, &next)
+				t.Logf("not terminal: %s %s %q next=%v", id, st, reason, next)
+			}
+			rows.Close()
+			t.Fatalf("%d of %d settlements terminal after %s (want %d)", terminal, total, within, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkInvariants verifies in SQL: one movement per confirmed settlement
+// with its amount, none for any other; and the bank paid nothing twice.
+func checkInvariants(t *testing.T, db *testdb.DB, bank *fakebank.Bank) {
+	t.Helper()
+	var bad int
+	if err := db.Pool.QueryRow(context.Background(), `
+		SELECT count(*) FROM settlements s
+		LEFT JOIN (SELECT settlement_id, count(*) n, sum(amount_cents) amount, min(currency) currency
+		           FROM ledger_movements GROUP BY settlement_id) m USING (settlement_id)
+		WHERE (s.state = 'confirmed' AND (m.n IS DISTINCT FROM 1 OR m.amount <> s.amount_cents OR m.currency <> s.currency))
+		   OR (s.state <> 'confirmed' AND m.n IS NOT NULL)`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Errorf("%d settlements break the movement invariant", bad)
+	}
+	if st := bank.Stats(); st.MaxPaymentsPerReference > 1 {
+		t.Errorf("the bank paid a settlement twice: %+v", st)
+	}
+}
+
+func TestWorkersSettleUnderFaults(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bankclient.Faults{
+		FailBeforeRate: 0.1, DropResponseRate: 0.2, StatusErrorRate: 0.15,
+		SettlementFailureRate: 0.05, RejectRate: 0.02, LatencyMaxMS: 10, SettleDelayMS: 100,
+	}, true, nil)
+	const n = 40
+	for i := range n {
+		b.submit(t, fmt.Sprintf("w-%03d", i), int64(100+i))
+	}
+	waitTerminal(t, b.db, n, 60*time.Second)
+	checkInvariants(t, b.db, b.bank)
+
+	// The send jobs completed in the transaction of their outcome.
+	var notDone int
+	if err := b.db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM river_job WHERE kind = 'send_instruction' AND state NOT IN ('completed', 'cancelled')`).Scan(&notDone); err != nil {
+		t.Fatal(err)
+	}
+	if notDone != 0 {
+		t.Errorf("%d send_instruction jobs not completed", notDone)
+	}
+}
+
+// TestSweepSendsPendingWhoseJobWasLost: a pending settlement without any job
+// (its send job was lost) is sent by the sweep once its next check is due.
+func TestSweepSendsPendingWhoseJobWasLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bankclient.Faults{SettleDelayMS: 50}, true, nil)
+	ctx := context.Background()
+	b.submit(t, "normal", 100)
+	// A settlement as intake writes it, but without its job, already due.
+	if _, err := b.db.Pool.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash, next_check_at)
+		VALUES ('orphan', 'acc', 'bene', 555, 'EUR', 'pending', $1, 'sha256:00', now() - interval '1 second')`, bankclient.KeyFor("orphan")); err != nil {
+		t.Fatal(err)
+	}
+	waitTerminal(t, b.db, 2, 20*time.Second)
+	checkInvariants(t, b.db, b.bank)
+	var kind string
+	if err := b.db.Pool.QueryRow(ctx, `SELECT kind FROM river_job WHERE args->>'settlement_id' = 'orphan' ORDER BY id LIMIT 1`).Scan(&kind); err != nil {
+		t.Fatal(err)
+	}
+	if kind != "send_instruction" {
+		t.Errorf("sweep enqueued %s for a never-attempted pending settlement, want send_instruction", kind)
+	}
+}
+
+// TestSweepNotBlockedByDeadRunningJob: a reconcile_settlement job left
+// running by a dead process (not yet rescued) does not stop the sweep from
+// enqueueing a new one.
+func TestSweepNotBlockedByDeadRunningJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bankclient.Faults{SettleDelayMS: 0}, false, func(d *Deps) {
+		d.JobTimeout, d.RescueAfter = 3*time.Second, time.Hour // no rescue during the test
+	})
+	ctx := context.Background()
+	// A settlement sent (the bank has it) whose reconcile job died.
+	if _, err := b.db.Pool.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash, next_check_at, first_attempt_at)
+		VALUES ('dead', 'acc', 'bene', 900, 'EUR', 'sent', $1, 'sha256:00', now() - interval '1 second', now())`, bankclient.KeyFor("dead")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.deps.Resolver.Bank.Send(ctx, bankclient.KeyFor("dead"), bankclient.PaymentRequest{
+		AmountCents: 900, Currency: "EUR", DebtorAccount: "acc", CreditorAccount: "bene", Reference: "dead"}); err != nil {
+		t.Fatal(err)
+	}
+	// The dead job: inserted by an earlier sweep with the same uniqueness,
+	// then left running.
+	res, err := b.client.Insert(ctx, ReconcileSettlementArgs{SettlementID: "dead"}, &river.InsertOpts{
+		ScheduledAt: time.Now().Add(-time.Minute),
+		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByPeriod: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, res.Job.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t)
+	waitTerminal(t, b.db, 1, 20*time.Second)
+	checkInvariants(t, b.db, b.bank)
+}
+
+func TestRetentionDeletesOnlyOldTerminalReceipts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bankclient.Faults{}, false, func(d *Deps) {
+		d.ReplayHorizon = time.Hour
+		d.RetentionInterval = 100 * time.Millisecond
+	})
+	ctx := context.Background()
+	for _, s := range []struct {
+		id, state string
+		age       string
+	}{{"old-done", "confirmed", "2 hours"}, {"old-moving", "uncertain", "2 hours"}, {"new-done", "failed", "1 minute"}} {
+		if _, err := b.db.Pool.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
+			VALUES ($1, 'a', 'b', 1, 'EUR', $2, $3, 'sha256:00')`, s.id, s.state, bankclient.KeyFor(s.id)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.db.Pool.Exec(ctx, `INSERT INTO settlement_receipts (settlement_id, payload_hash, received_at)
+			VALUES ($1, 'sha256:'||repeat('0', 64), now() - $2::interval)`, s.id, s.age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.start(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var ids []string
+		rows, err := b.db.Pool.Query(ctx, `SELECT settlement_id FROM settlement_receipts ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) == 2 {
+			if ids[0] != "new-done" || ids[1] != "old-moving" {
+				t.Fatalf("receipts left: %v", ids)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("receipts left: %v", ids)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestDepsValidate(t *testing.T) {
+	t.Parallel()
+	if err := (Deps{}).Validate(); err == nil {
+		t.Error("empty Deps validated")
+	}
+	d := Deps{Pool: nil}
+	if err := d.Validate(); err == nil {
+		t.Error("Deps without pool validated")
+	}
+}
+
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 10: time.Minute, 100: time.Minute} {
+		if got := retryDelay(attempt); got != want {
+			t.Errorf("retryDelay(%d) = %s, want %s", attempt, got, want)
+		}
+	}
+}
