@@ -334,9 +334,9 @@ WITH input AS (
 	WHERE r.settlement_id = i.settlement_id AND r.payload_hash = i.payload_hash
 	RETURNING r.settlement_id
 )
-SELECT ` + settlementColumns + `, rc.received_at
-FROM settlements s LEFT JOIN settlement_receipts rc USING (settlement_id)
-WHERE s.settlement_id = ANY($5::text[])`
+SELECT s.*, rc.received_at
+FROM (SELECT ` + settlementColumns + ` FROM settlements WHERE settlement_id = ANY($5::text[])) s
+LEFT JOIN settlement_receipts rc USING (settlement_id)`
 
 // commit runs the one intake transaction for the leads.
 func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKey]int64, now time.Time) (commitResult, error) {

@@ -1,0 +1,15 @@
+package intake_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	code := testdb.Main(m)
+	testbin.Cleanup()
+	os.Exit(code)
+}
