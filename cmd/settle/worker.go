@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,21 +17,29 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/ops"
 	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/migrations"
+	"github.com/settle/settle/reconcile"
 )
 
 const workerDescription = `
 Runs settle's worker: the HTTP API of DESIGN.md section 6 (intake of payout
 events, settlement lookup, /metrics, /healthz, /readyz, the River UI under
-/riverui/) and settle's River client. It applies the schema first
-(idempotent), prints "settle worker: listening on http://ADDR" on stdout once
-it accepts connections, and on SIGTERM or SIGINT stops accepting, finishes
-the requests in flight (within --shutdown-timeout) and exits 0.
+/riverui/) and settle's River workers: send_instruction (POST to the bank
+under the settlement's stable key), reconcile_settlement (status by key,
+polled with growing intervals), and on the elected leader the periodic sweep
+(re-enqueues settlements whose next check is due, including ones whose job
+was lost) and retention. Run as many workers as you like on one database.
+It applies the schema first (idempotent), prints "settle worker: listening on
+http://ADDR" on stdout once it accepts connections, and on SIGTERM or SIGINT
+stops accepting and fetching, finishes the requests and jobs in flight
+(within --shutdown-timeout; jobs still running are cancelled and retried
+later) and exits 0.
 
   POST /v1/settlements        one event: 201 new, 200 replay, 409 conflict,
                               400/422 invalid, 413 too large, 429 overloaded,
@@ -54,6 +63,18 @@ type workerOptions struct {
 	maxInflight     int
 	dbMaxConns      int
 	shutdownTimeout time.Duration
+
+	// River and the bank.
+	bankTimeout       time.Duration
+	bankConcurrency   int
+	jobTimeout        time.Duration
+	rescueAfter       time.Duration
+	lease             time.Duration
+	sweepInterval     time.Duration
+	retentionInterval time.Duration
+	checkInterval     time.Duration
+	maxCheckInterval  time.Duration
+	fetchPoll         time.Duration
 }
 
 // workerDeps is what the worker's parts share. The River workers (jobs)
@@ -79,7 +100,17 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.IntVar(&o.maxInflight, "max-inflight", intake.DefaultMaxInflight, "intake requests served at once; past it the API answers 429 with Retry-After")
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", 20, "connections in the database pool (intake and River share it)")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests in flight")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests and jobs in flight (jobs still running after two thirds of it are cancelled and retried later)")
+	fs.DurationVar(&o.bankTimeout, "bank-timeout", bankclient.DefaultTimeout, "timeout of one HTTP attempt to the bank")
+	fs.IntVar(&o.bankConcurrency, "bank-concurrency", jobs.DefaultBankConcurrency, "bank jobs (send, reconcile) this process runs at once")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", jobs.DefaultJobTimeout, "longest run of one job")
+	fs.DurationVar(&o.rescueAfter, "rescue-after", 0, "when River retries a job left running by a dead process (default: job timeout + 10s)")
+	fs.DurationVar(&o.lease, "lease", 0, "how long a job owns a settlement before the sweep assumes it lost (default: job timeout + 30s; must exceed --job-timeout)")
+	fs.DurationVar(&o.sweepInterval, "sweep-interval", jobs.DefaultSweepInterval, "how often the leader sweeps for settlements whose next check is due")
+	fs.DurationVar(&o.retentionInterval, "retention-interval", jobs.DefaultRetentionInterval, "how often receipts older than --replay-horizon of terminal settlements are deleted")
+	fs.DurationVar(&o.checkInterval, "check-interval", reconcile.DefaultCheckInterval, "delay before the first status check; doubles with every check")
+	fs.DurationVar(&o.maxCheckInterval, "max-check-interval", reconcile.DefaultMaxCheckInterval, "longest delay between status checks")
+	fs.DurationVar(&o.fetchPoll, "fetch-poll-interval", jobs.DefaultFetchPollInterval, "how often an idle worker polls for jobs (it is also woken on insert)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -194,20 +225,67 @@ func (o workerOptions) validate() error {
 		return errors.New("--max-inflight must be positive")
 	case o.dbMaxConns <= 0:
 		return errors.New("--db-max-conns must be positive")
+	case o.bankTimeout <= 0 || o.jobTimeout <= 0 || o.sweepInterval <= 0 || o.retentionInterval <= 0 ||
+		o.checkInterval <= 0 || o.maxCheckInterval <= 0 || o.fetchPoll <= 0 || o.shutdownTimeout <= 0:
+		return errors.New("--bank-timeout, --job-timeout, --sweep-interval, --retention-interval, --check-interval, --max-check-interval, --fetch-poll-interval and --shutdown-timeout must be positive")
+	case o.bankConcurrency <= 0:
+		return errors.New("--bank-concurrency must be positive")
+	case o.rescueAfter < 0 || o.lease < 0:
+		return errors.New("--rescue-after and --lease must not be negative")
 	}
 	return nil
 }
 
-// newRiverConfig returns the configuration of the worker's River client.
-// Today it is insert-only: intake inserts send_instruction jobs in its
-// transaction. The River workers (send, reconcile, sweep, retention) are
-// added here: register them in Workers, and set Queues and PeriodicJobs;
-// cmdWorker starts (and on shutdown stops) the client as soon as Queues is
-// not empty.
+// newRiverConfig returns the configuration of the worker's River client:
+// every settle worker (send, reconcile, sweep, retention) with its queues
+// and periodic jobs, talking to the bank at --bank-url.
 func newRiverConfig(d workerDeps) (*river.Config, error) {
-	return &river.Config{
-		Logger: d.logger.With("component", "river"),
-	}, nil
+	o := d.opts
+	bopts := bankclient.OptionsFromEnv(os.Getenv)
+	bopts.Timeout = o.bankTimeout
+	bopts.Logger = d.logger.With("component", "bankclient")
+	bopts.Observe = d.metrics.ObserveBank
+	bank, err := bankclient.New(o.bankURL, bopts)
+	if err != nil {
+		return nil, err
+	}
+	lease := o.lease
+	if lease == 0 {
+		lease = o.jobTimeout + 30*time.Second
+	}
+	deps := jobs.Deps{
+		Pool: d.pool,
+		Resolver: &reconcile.Resolver{
+			DB:               d.pool,
+			Bank:             bank,
+			Now:              d.now,
+			KeyTTL:           o.bankKeyTTL,
+			CheckInterval:    o.checkInterval,
+			MaxCheckInterval: o.maxCheckInterval,
+			Lease:            lease,
+			Metrics:          d.metrics,
+			Logger:           d.logger,
+		},
+		Now:               d.now,
+		Logger:            d.logger,
+		BankConcurrency:   o.bankConcurrency,
+		SweepInterval:     o.sweepInterval,
+		RetentionInterval: o.retentionInterval,
+		ReplayHorizon:     o.replayHorizon,
+		JobTimeout:        o.jobTimeout,
+		RescueAfter:       o.rescueAfter,
+		FetchPollInterval: o.fetchPoll,
+		// Jobs still running after two thirds of the shutdown budget are
+		// cancelled (their bank answer, if any, is still recorded) and
+		// retried by another worker or after the restart.
+		SoftStopTimeout: o.shutdownTimeout * 2 / 3,
+	}
+	if err := deps.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := jobs.NewRiverConfig(deps)
+	cfg.Logger = d.logger.With("component", "river")
+	return cfg, nil
 }
 
 // newAPIHandler builds every route of the worker's HTTP API: intake's
