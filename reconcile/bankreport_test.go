@@ -1,0 +1,394 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/statemachine"
+)
+
+// reportBundle is one test's ledger (a private database) and bank (an
+// in-process fakebank with a manual clock).
+type reportBundle struct {
+	db     *testdb.DB
+	bank   *fakebank.Bank
+	url    string
+	client *bankclient.Client
+	clock  *fakebank.ManualClock
+}
+
+func setupReport(t *testing.T) *reportBundle {
+	t.Helper()
+	clock := fakebank.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	bank, url := fakebank.NewTestServer(t, fakebank.Options{Seed: 1, Now: clock.Now})
+	client, err := bankclient.New(url, bankclient.Options{Timeout: 5 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &reportBundle{db: testdb.New(t), bank: bank, url: url, client: client, clock: clock}
+}
+
+// seed writes a settlement in state st directly, with its history and, when
+// movement is true, its ledger movement, as the engine would have left it.
+func (b *reportBundle) seed(t *testing.T, id string, amount int64, st statemachine.State, movement bool) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
+			VALUES ($1, 'acc-1', 'bene-1', $2, 'EUR', $3, $4, 'sha256:'||repeat('0', 64))`,
+			id, amount, string(st), bankclient.KeyFor(id)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason)
+			VALUES ($1, NULL, 'pending', 'test'), ($1, 'pending', $2, 'test')`, id, string(st)); err != nil {
+			return err
+		}
+		if movement {
+			_, err := tx.Exec(ctx, `INSERT INTO ledger_movements (settlement_id, account_id, amount_cents, currency)
+				VALUES ($1, 'acc-1', $2, 'EUR')`, id, amount)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("seed %s: %v", id, err)
+	}
+}
+
+// pay creates a payment at the bank for reference id under its stable key.
+func (b *reportBundle) pay(t *testing.T, id string, amount int64) bankclient.Payment {
+	t.Helper()
+	res, err := b.client.Send(context.Background(), bankclient.KeyFor(id), bankclient.PaymentRequest{
+		AmountCents: amount, Currency: "EUR", DebtorAccount: "acc-1", CreditorAccount: "bene-1", Reference: id,
+	})
+	if err != nil {
+		t.Fatalf("pay %s: %v", id, err)
+	}
+	return res.Payment
+}
+
+// confirmed seeds a settlement that went through cleanly: paid at the bank,
+// confirmed with its movement.
+func (b *reportBundle) confirmed(t *testing.T, id string, amount int64) {
+	t.Helper()
+	b.pay(t, id, amount)
+	b.seed(t, id, amount, statemachine.Confirmed, true)
+}
+
+// deleteMovement removes a ledger movement behind the engine's back (the
+// table is append-only; the trigger is bypassed as superuser).
+func (b *reportBundle) deleteMovement(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, "DELETE FROM ledger_movements WHERE settlement_id = $1", id)
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("deleted %d movements", tag.RowsAffected())
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("delete movement of %s: %v", id, err)
+	}
+}
+
+func (b *reportBundle) report(t *testing.T, bank bankclient.Bank) *BankReport {
+	t.Helper()
+	if bank == nil {
+		bank = b.client
+	}
+	var rep BankReport
+	r := &BankReporter{DB: b.db.Pool, Bank: bank, PageSize: 2}
+	counts, err := r.Run(context.Background(), &rep)
+	if err != nil {
+		t.Fatalf("bank report: %v", err)
+	}
+	if counts.Discrepancies() != rep.Discrepancies() {
+		t.Fatalf("returned counts differ from streamed counts")
+	}
+	// The streamed lists agree with the counts.
+	for _, cl := range BreakClasses {
+		if int64(len(rep.Breaks[cl])) != rep.ByClass[cl] {
+			t.Errorf("%s: %d listed, %d counted", cl, len(rep.Breaks[cl]), rep.ByClass[cl])
+		}
+	}
+	return &rep
+}
+
+// onlyBreak checks that the report found exactly one discrepancy, of class
+// want, for id, and returns it.
+func onlyBreak(t *testing.T, rep *BankReport, want Class, id string) Break {
+	t.Helper()
+	if got := rep.Discrepancies(); got != 1 {
+		t.Fatalf("discrepancies = %d, want 1: %+v", got, rep.Breaks)
+	}
+	bs := rep.Breaks[want]
+	if len(bs) != 1 || bs[0].SettlementID != id {
+		t.Fatalf("%s = %+v, want exactly %s (all: %+v)", want, bs, id, rep.Breaks)
+	}
+	if bs[0].Reason == "" {
+		t.Errorf("break without a reason: %+v", bs[0])
+	}
+	return bs[0]
+}
+
+func TestBankReportClean(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	for i := range 5 {
+		b.confirmed(t, fmt.Sprintf("s-%d", i), int64(100+i))
+	}
+	b.seed(t, "rejected", 100, statemachine.Failed, false) // rejected: the bank holds no payment
+	b.seed(t, "waiting", 100, statemachine.Pending, false)
+	b.seed(t, "in-flight", 300, statemachine.Sent, false)
+	b.pay(t, "in-flight", 300)
+
+	rep := b.report(t, nil)
+	if rep.Discrepancies() != 0 {
+		t.Fatalf("discrepancies on a clean ledger: %+v", rep.Breaks)
+	}
+	if rep.ByClass[ClassMatched] != 5 {
+		t.Errorf("matched = %d, want 5 (the confirmed count)", rep.ByClass[ClassMatched])
+	}
+	if rep.ByClass[ClassFailedAgreed] != 1 {
+		t.Errorf("failed_agreed = %d, want 1", rep.ByClass[ClassFailedAgreed])
+	}
+	if rep.Settlements != 8 || rep.BankPayments != 6 || rep.Rechecked != 0 {
+		t.Errorf("settlements %d, bank payments %d, rechecked %d; want 8, 6, 0", rep.Settlements, rep.BankPayments, rep.Rechecked)
+	}
+	un := rep.Breaks[ClassUnresolved]
+	if len(un) != 2 || un[0].SettlementID != "in-flight" || un[1].SettlementID != "waiting" {
+		t.Fatalf("unresolved = %+v", un)
+	}
+	if un[0].Since == nil || len(un[0].BankPayments) != 1 || un[0].BankPayments[0].Status != "settled" {
+		t.Errorf("unresolved in-flight lacks detail: %+v", un[0])
+	}
+}
+
+func TestBankReportMissingInLedger(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.confirmed(t, "ok", 100)
+	b.confirmed(t, "lost-movement", 250)
+	b.deleteMovement(t, "lost-movement")
+
+	br := onlyBreak(t, b.report(t, nil), ClassMissingInLedger, "lost-movement")
+	if br.State != "confirmed" || br.Movement != nil || len(br.BankPayments) != 1 || br.BankPayments[0].AmountCents != 250 {
+		t.Errorf("break = %+v", br)
+	}
+}
+
+func TestBankReportBankPaidUnknownID(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.confirmed(t, "ok", 100)
+	b.pay(t, "stranger", 999)
+
+	br := onlyBreak(t, b.report(t, nil), ClassMissingInLedger, "stranger")
+	if br.State != "" || len(br.BankPayments) != 1 {
+		t.Errorf("break = %+v", br)
+	}
+}
+
+func TestBankReportMissingAtBank(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.confirmed(t, "ok", 100)
+	b.seed(t, "never-paid", 400, statemachine.Confirmed, true)
+
+	rep := b.report(t, nil)
+	br := onlyBreak(t, rep, ClassMissingAtBank, "never-paid")
+	if br.Movement == nil || br.Movement.AmountCents != 400 || len(br.BankPayments) != 0 {
+		t.Errorf("break = %+v", br)
+	}
+	// It was asked about again by key (404) before being reported.
+	if rep.Rechecked != 1 {
+		t.Errorf("rechecked = %d, want 1", rep.Rechecked)
+	}
+}
+
+func TestBankReportAmountMismatch(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.confirmed(t, "ok", 100)
+	b.pay(t, "altered", 900) // the bank executed another amount
+	b.seed(t, "altered", 1000, statemachine.Confirmed, true)
+
+	br := onlyBreak(t, b.report(t, nil), ClassAmountMismatch, "altered")
+	if br.AmountCents != 1000 || br.BankPayments[0].AmountCents != 900 {
+		t.Errorf("break = %+v", br)
+	}
+}
+
+func TestBankReportStatusMismatch(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.confirmed(t, "ok", 100)
+	b.pay(t, "paid-anyway", 500)
+	b.seed(t, "paid-anyway", 500, statemachine.Failed, false)
+
+	br := onlyBreak(t, b.report(t, nil), ClassStatusMismatch, "paid-anyway")
+	if br.State != "failed" || br.BankPayments[0].Status != "settled" {
+		t.Errorf("break = %+v", br)
+	}
+}
+
+func TestBankReportDuplicateAtBank(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.confirmed(t, "ok", 100)
+	// The bank forgets keys after a minute; a second POST under the same key
+	// after that creates a second payment for the same settlement.
+	if err := b.bank.SetFaults(bankclient.Faults{KeyTTLMS: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	first := b.pay(t, "twice", 700)
+	b.clock.Advance(2 * time.Minute)
+	second := b.pay(t, "twice", 700)
+	if first.ID == second.ID {
+		t.Fatalf("the bank did not forget the key: one payment %s", first.ID)
+	}
+	b.seed(t, "twice", 700, statemachine.Confirmed, true)
+
+	br := onlyBreak(t, b.report(t, nil), ClassDuplicateAtBank, "twice")
+	if len(br.BankPayments) != 2 || br.BankPayments[0].ID != first.ID || br.BankPayments[1].ID != second.ID {
+		t.Errorf("break = %+v", br)
+	}
+}
+
+// staleBank serves a statement read before some payments were created (it
+// hides them), while StatusByKey tells the truth: what a live report sees
+// when the worker confirms settlements while the statement is being read.
+type staleBank struct {
+	bankclient.Bank
+	hide map[string]bool
+}
+
+func (s staleBank) Statement(ctx context.Context, after string, limit int) (bankclient.StatementPage, error) {
+	p, err := s.Bank.Statement(ctx, after, limit)
+	kept := p.Payments[:0:0]
+	for _, x := range p.Payments {
+		if !s.hide[x.Reference] {
+			kept = append(kept, x)
+		}
+	}
+	p.Payments = kept
+	return p, err
+}
+
+func TestBankReportRechecksWhatTheStatementMissed(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.confirmed(t, "ok", 100)
+	b.confirmed(t, "confirmed-during-the-read", 200)
+
+	rep := b.report(t, staleBank{Bank: b.client, hide: map[string]bool{"confirmed-during-the-read": true}})
+	if rep.Discrepancies() != 0 || rep.ByClass[ClassMatched] != 2 || rep.Rechecked != 1 {
+		t.Fatalf("matched %d, rechecked %d, breaks %+v; want 2 matched after 1 recheck", rep.ByClass[ClassMatched], rep.Rechecked, rep.Breaks)
+	}
+}
+
+func TestBankReportBankDown(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.confirmed(t, "ok", 100)
+	dead, err := bankclient.New("http://127.0.0.1:1", bankclient.Options{Timeout: time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep BankReport
+	if _, err := (&BankReporter{DB: b.db.Pool, Bank: dead}).Run(context.Background(), &rep); err == nil {
+		t.Fatal("report against an unreachable bank succeeded")
+	}
+	if rep.Breaks != nil {
+		t.Errorf("sink received a partial report: %+v", rep)
+	}
+	// The connection went back to the pool without its temporary tables.
+	var n int
+	if err := b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_tables WHERE tablename = $1", stmtTable).Scan(&n); err != nil || n != 0 {
+		t.Errorf("temporary tables left behind: %d, %v", n, err)
+	}
+}
+
+func TestBankReportManySettlements(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	const n = 3000
+	seedBulk(t, b.db, n)
+	rep := b.report(t, &genBank{n: n})
+	if rep.ByClass[ClassMatched] != n || rep.Discrepancies() != 0 || rep.BankPayments != n {
+		t.Fatalf("matched %d of %d, breaks %d", rep.ByClass[ClassMatched], n, rep.Discrepancies())
+	}
+}
+
+// seedBulk writes n confirmed settlements with their movements in two
+// statements: bulk-<i>, amount 100+i.
+func seedBulk(t testing.TB, db *testdb.DB, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
+		 SELECT 'bulk-' || i, 'acc', 'bene', 100 + i, 'EUR', 'confirmed', 'key-' || i, 'sha256:' || repeat('0', 64)
+		 FROM generate_series(0, $1 - 1) i`,
+		`INSERT INTO ledger_movements (settlement_id, account_id, amount_cents, currency)
+		 SELECT 'bulk-' || i, 'acc', 100 + i, 'EUR' FROM generate_series(0, $1 - 1) i`,
+	} {
+		if _, err := db.Pool.Exec(ctx, sql, n); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+	}
+}
+
+// genBank is a bank whose statement is computed, not stored: n settled
+// payments bulk-0 … bulk-(n-1), so that measuring the report's memory does
+// not measure the bank's.
+type genBank struct{ n int }
+
+func (g *genBank) payment(i int) bankclient.Payment {
+	return bankclient.Payment{ID: fmt.Sprintf("pay_%012d", i), IdempotencyKey: "key-" + strconv.Itoa(i),
+		Reference: "bulk-" + strconv.Itoa(i), Status: bankclient.StatusSettled, AmountCents: int64(100 + i), Currency: "EUR"}
+}
+
+func (g *genBank) Send(context.Context, string, bankclient.PaymentRequest) (bankclient.SendResult, error) {
+	return bankclient.SendResult{}, fmt.Errorf("genBank: read only")
+}
+
+func (g *genBank) StatusByKey(_ context.Context, key string) (bankclient.Payment, error) {
+	var i int
+	if _, err := fmt.Sscanf(key, "key-%d", &i); err != nil || i < 0 || i >= g.n {
+		return bankclient.Payment{}, bankclient.ErrNotFound
+	}
+	return g.payment(i), nil
+}
+
+func (g *genBank) Statement(_ context.Context, after string, limit int) (bankclient.StatementPage, error) {
+	start := 0
+	if after != "" {
+		var err error
+		if start, err = strconv.Atoi(after); err != nil {
+			return bankclient.StatementPage{}, err
+		}
+	}
+	end := min(start+limit, g.n)
+	p := bankclient.StatementPage{Payments: make([]bankclient.Payment, 0, end-start)}
+	for i := start; i < end; i++ {
+		p.Payments = append(p.Payments, g.payment(i))
+	}
+	if end < g.n {
+		p.Next = strconv.Itoa(end)
+	}
+	return p, nil
+}
+
+var _ bankclient.Bank = (*genBank)(nil)

@@ -1,0 +1,331 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/statemachine"
+)
+
+// ErrNotFound is matched (errors.Is) when a settlement does not exist. It is
+// statemachine.ErrNotFound, which Resolver.Resolve returns too.
+var ErrNotFound = statemachine.ErrNotFound
+
+// ListOptions selects the settlements of Inspector.List.
+type ListOptions struct {
+	// State is the state to list (required).
+	State statemachine.State
+	// OlderThan, when positive, keeps only the settlements that entered the
+	// state at least this long ago.
+	OlderThan time.Duration
+	// Limit, when positive, stops after this many settlements.
+	Limit int
+}
+
+// SettlementRow is one settlement of a list: where it stands, since when,
+// and what the bank last said.
+type SettlementRow struct {
+	SettlementID string `json:"settlement_id"`
+	State        string `json:"state"`
+	// Since is when it last entered State.
+	Since      time.Time `json:"since"`
+	AgeSeconds float64   `json:"age_seconds"`
+	AccountID  string    `json:"account_id"`
+	// AmountCents is in minor units of Currency.
+	AmountCents         int64      `json:"amount_cents"`
+	Currency            string     `json:"currency"`
+	SendAttempts        int        `json:"send_attempts"`
+	FirstAttemptAt      *time.Time `json:"first_attempt_at"`
+	CheckAttempts       int        `json:"check_attempts"`
+	NextCheckAt         *time.Time `json:"next_check_at"`
+	BankPaymentID       string     `json:"bank_payment_id,omitempty"`
+	BankStatus          string     `json:"bank_status,omitempty"`
+	NeedsInvestigation  bool       `json:"needs_investigation"`
+	InvestigationReason string     `json:"investigation_reason,omitempty"`
+}
+
+// List streams the settlements in opts.State, oldest in the state first, to
+// fn, and returns how many it passed. Memory does not grow with the count.
+func (i *Inspector) List(ctx context.Context, opts ListOptions, fn func(SettlementRow) error) (int, error) {
+	if !opts.State.Valid() {
+		return 0, fmt.Errorf("error listing settlements: unknown state %q (want one of %v)", opts.State, statemachine.States)
+	}
+	now := i.now()
+	var cutoff *time.Time
+	if opts.OlderThan > 0 {
+		c := now.Add(-opts.OlderThan)
+		cutoff = &c
+	}
+	var limit *int
+	if opts.Limit > 0 {
+		limit = &opts.Limit
+	}
+	n := 0
+	err := i.readTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT * FROM (
+				SELECT s.settlement_id, s.state, coalesce(`+enteredStateSQL+`, s.created_at) AS since,
+				       s.account_id, s.amount_cents, s.currency, s.send_attempts, s.first_attempt_at,
+				       s.check_attempts, s.next_check_at, coalesce(s.bank_payment_id, ''), coalesce(s.bank_status, ''),
+				       s.needs_investigation, coalesce(s.investigation_reason, '')
+				FROM settlements s WHERE s.state = $1
+			) o
+			WHERE $2::timestamptz IS NULL OR since <= $2
+			ORDER BY since, settlement_id
+			LIMIT $3`, string(opts.State), cutoff, limit)
+		if err != nil {
+			return fmt.Errorf("error listing %s settlements: %w", opts.State, err)
+		}
+		var r SettlementRow
+		_, err = pgx.ForEachRow(rows, []any{&r.SettlementID, &r.State, &r.Since, &r.AccountID, &r.AmountCents,
+			&r.Currency, &r.SendAttempts, &r.FirstAttemptAt, &r.CheckAttempts, &r.NextCheckAt,
+			&r.BankPaymentID, &r.BankStatus, &r.NeedsInvestigation, &r.InvestigationReason}, func() error {
+			r.AgeSeconds = max(now.Sub(r.Since).Seconds(), 0)
+			n++
+			return fn(r)
+		})
+		if err != nil {
+			return fmt.Errorf("error listing %s settlements: %w", opts.State, err)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// Story is everything settle knows about one settlement, and the same facts
+// merged into one timeline: what `settle reconcile show` prints. It embeds
+// the view of GET /v1/settlements/{id} (intake.LoadView).
+type Story struct {
+	intake.View
+	// Conflicts are the events rejected for carrying another payload under
+	// this settlement's id.
+	Conflicts []Conflict `json:"conflicts"`
+	// LastReplayAgeSeconds is how long ago the last replay arrived; nil when
+	// there was none (or the receipt is gone).
+	LastReplayAgeSeconds *float64 `json:"last_replay_age_seconds"`
+	// Timeline is every event above in time order.
+	Timeline []Event `json:"timeline"`
+}
+
+// Event is one line of a Story's timeline.
+type Event struct {
+	At time.Time `json:"at"`
+	// Kind is receipt, replay, transition, bank_send, bank_status, movement,
+	// conflict or investigation.
+	Kind string `json:"kind"`
+	// Text says what happened, in words.
+	Text string `json:"text"`
+}
+
+// Show reads the whole story of settlement id in one snapshot. It returns an
+// error matching ErrNotFound when there is no such settlement.
+func (i *Inspector) Show(ctx context.Context, id string) (Story, error) {
+	var st Story
+	now := i.now()
+	err := i.readTx(ctx, func(tx pgx.Tx) error {
+		v, err := intake.LoadView(ctx, tx, id)
+		if errors.Is(err, intake.ErrNotFound) {
+			return fmt.Errorf("error showing settlement %s: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("error showing settlement %s: %w", id, err)
+		}
+		st.View = v
+		st.Conflicts, err = conflicts(ctx, tx, id, nil)
+		return err
+	})
+	if err != nil {
+		return Story{}, err
+	}
+	if r := st.Receipt; r != nil && r.LastReplayAt != nil {
+		age := max(now.Sub(*r.LastReplayAt).Seconds(), 0)
+		st.LastReplayAgeSeconds = &age
+	}
+	st.Timeline = timeline(st)
+	return st, nil
+}
+
+// timeline merges the facts of a story in time order. Equal times keep the
+// order in which they were recorded within each kind.
+func timeline(st Story) []Event {
+	var ev []Event
+	if r := st.Receipt; r != nil {
+		t := "received, payload " + r.PayloadHash
+		if r.FirstEventID != "" {
+			t += ", first event " + r.FirstEventID
+		}
+		ev = append(ev, Event{At: r.ReceivedAt, Kind: "receipt", Text: t})
+		if r.LastReplayAt != nil {
+			ev = append(ev, Event{At: *r.LastReplayAt, Kind: "replay",
+				Text: fmt.Sprintf("last of %d replays (same payload, stored outcome returned)", r.ReplayCount)})
+		}
+	}
+	for _, t := range st.Transitions {
+		from := t.From
+		if from == "" {
+			from = "(new)"
+		}
+		ev = append(ev, Event{At: t.At, Kind: "transition", Text: fmt.Sprintf("%s → %s: %s", from, t.To, t.Reason)})
+	}
+	for _, a := range st.BankAttempts {
+		text := a.Op + " key " + a.BankKey + ": "
+		switch {
+		case a.FinishedAt == nil:
+			text += "no answer recorded (in flight, or the process died)"
+		default:
+			text += a.Outcome
+			if a.BankStatus != "" {
+				text += ", bank status " + a.BankStatus
+			}
+			if a.HTTPStatus != nil {
+				text += ", HTTP " + strconv.Itoa(*a.HTTPStatus)
+			}
+			if a.Detail != "" {
+				text += " (" + a.Detail + ")"
+			}
+			text += fmt.Sprintf(" after %s", a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond))
+		}
+		ev = append(ev, Event{At: a.StartedAt, Kind: "bank_" + a.Op, Text: text})
+	}
+	if m := st.Movement; m != nil {
+		ev = append(ev, Event{At: m.CreatedAt, Kind: "movement",
+			Text: fmt.Sprintf("ledger movement %d %s on account %s, bank payment %s", m.AmountCents, m.Currency, m.AccountID, m.BankPaymentID)})
+	}
+	for _, c := range st.Conflicts {
+		ev = append(ev, Event{At: c.DetectedAt, Kind: "conflict", Text: "rejected another payload: " + c.describe()})
+	}
+	sort.SliceStable(ev, func(a, b int) bool { return ev[a].At.Before(ev[b].At) })
+	if s := st.Settlement; s.NeedsInvestigation {
+		ev = append(ev, Event{At: s.UpdatedAt, Kind: "investigation", Text: "needs investigation: " + s.InvestigationReason})
+	}
+	return ev
+}
+
+// Conflict is one recorded receipt conflict: an event that reused a
+// settlement id with another payload, rejected and never applied.
+type Conflict struct {
+	ID           int64     `json:"id"`
+	SettlementID string    `json:"settlement_id"`
+	DetectedAt   time.Time `json:"detected_at"`
+	EventID      string    `json:"event_id,omitempty"`
+	StoredHash   string    `json:"stored_hash"`
+	IncomingHash string    `json:"incoming_hash"`
+	// Incoming holds the business fields of the rejected event.
+	Incoming json.RawMessage `json:"incoming"`
+	// Differences are the business fields where the rejected event differs
+	// from the stored settlement.
+	Differences []FieldDiff `json:"differences"`
+}
+
+// FieldDiff is one business field that differs between the stored
+// settlement and a rejected event.
+type FieldDiff struct {
+	Field    string `json:"field"`
+	Stored   string `json:"stored"`
+	Incoming string `json:"incoming"`
+}
+
+func (c Conflict) describe() string {
+	if len(c.Differences) == 0 {
+		return c.IncomingHash + " (stored " + c.StoredHash + ")"
+	}
+	s := ""
+	for k, d := range c.Differences {
+		if k > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %s → %s", d.Field, d.Stored, d.Incoming)
+	}
+	return s
+}
+
+// Conflicts streams the recorded receipt conflicts, oldest first, to fn and
+// returns how many it passed.
+func (i *Inspector) Conflicts(ctx context.Context, fn func(Conflict) error) (int, error) {
+	n := 0
+	err := i.readTx(ctx, func(tx pgx.Tx) error {
+		_, err := conflicts(ctx, tx, "", func(c Conflict) error { n++; return fn(c) })
+		return err
+	})
+	return n, err
+}
+
+// conflicts reads the conflicts of one settlement (id not empty) or of all,
+// passing each to fn, or collecting them when fn is nil.
+func conflicts(ctx context.Context, tx pgx.Tx, id string, fn func(Conflict) error) ([]Conflict, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT c.id, c.settlement_id, c.detected_at, coalesce(c.event_id, ''), c.stored_hash, c.incoming_hash,
+		       coalesce(c.incoming, 'null'::jsonb),
+		       s.account_id, s.amount_cents, s.currency, s.beneficiary
+		FROM receipt_conflicts c LEFT JOIN settlements s USING (settlement_id)
+		WHERE $1 = '' OR c.settlement_id = $1
+		ORDER BY c.detected_at, c.id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("error reading conflicts: %w", err)
+	}
+	var (
+		out                      []Conflict
+		c                        Conflict
+		incoming                 []byte
+		account, currency, benef *string
+		amount                   *int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.SettlementID, &c.DetectedAt, &c.EventID, &c.StoredHash,
+		&c.IncomingHash, &incoming, &account, &amount, &currency, &benef}, func() error {
+		c.Incoming = append(json.RawMessage(nil), incoming...)
+		c.Differences = diff(c.Incoming, account, amount, currency, benef)
+		if fn != nil {
+			return fn(c)
+		}
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error reading conflicts: %w", err)
+	}
+	if out == nil {
+		out = []Conflict{}
+	}
+	return out, nil
+}
+
+// diff compares the business fields of a rejected event with the stored
+// settlement (nil fields: no settlement any more).
+func diff(incoming json.RawMessage, account *string, amount *int64, currency, benef *string) []FieldDiff {
+	d := []FieldDiff{}
+	if account == nil {
+		return d
+	}
+	var in map[string]any
+	dec := json.NewDecoder(bytes.NewReader(incoming))
+	dec.UseNumber() // amounts are int64: never through float64
+	if dec.Decode(&in) != nil || in == nil {
+		return d
+	}
+	stored := []struct{ field, value string }{
+		{"account_id", *account},
+		{"amount_cents", strconv.FormatInt(*amount, 10)},
+		{"currency", *currency},
+		{"beneficiary", *benef},
+	}
+	for _, f := range stored {
+		v, ok := in[f.field]
+		if !ok {
+			continue
+		}
+		got := fmt.Sprint(v)
+		if got != f.value {
+			d = append(d, FieldDiff{Field: f.field, Stored: f.value, Incoming: got})
+		}
+	}
+	return d
+}
