@@ -16,6 +16,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -46,7 +47,15 @@ func (SendInstructionArgs) InsertOpts() river.InsertOpts {
 // ReconcileSettlementArgs asks the bank for a settlement's status by key and
 // applies the answer.
 type ReconcileSettlementArgs struct {
-	SettlementID string `json:"settlement_id"`
+	// SettlementID alone makes the job unique (when inserted unique).
+	SettlementID string `json:"settlement_id" river:"unique"`
+	// NotBefore, when set, is when the check is due: a job worked earlier
+	// snoozes until then. The send worker inserts its follow-up check
+	// available at once with NotBefore rather than scheduled, because
+	// River promotes scheduled jobs only from the elected leader, and a
+	// dead leader would delay every first check by its leadership TTL;
+	// a short snooze is made available without the leader.
+	NotBefore time.Time `json:"not_before,omitzero"`
 }
 
 // Kind is the River job kind.

@@ -60,6 +60,9 @@ type ReconcileWorker struct {
 
 // Work checks the settlement's status at the bank.
 func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSettlementArgs]) error {
+	if wait := job.Args.NotBefore.Sub(w.now()); wait > 0 {
+		return river.JobSnooze(wait)
+	}
 	out, err := w.resolver.Resolve(ctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
 		if !out.Done {
 			return nil // snoozed after the commit
@@ -108,7 +111,7 @@ func insertReconcileTx(ctx context.Context, tx pgx.Tx, id string, at time.Time) 
 	if err != nil {
 		return fmt.Errorf("error scheduling reconcile_settlement for %s: %w", id, err)
 	}
-	if _, err := client.InsertTx(ctx, tx, ReconcileSettlementArgs{SettlementID: id}, &river.InsertOpts{ScheduledAt: at}); err != nil {
+	if _, err := client.InsertTx(ctx, tx, ReconcileSettlementArgs{SettlementID: id, NotBefore: at}, nil); err != nil {
 		return fmt.Errorf("error scheduling reconcile_settlement for %s: %w", id, err)
 	}
 	return nil

@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/crash"
+	"github.com/settle/settle/internal/testdb"
+)
+
+// TestCrashPoints kills a worker subprocess at each crash point, restarts
+// it, redelivers the event, and checks the settlement ends terminal with
+// exactly one movement if confirmed (none otherwise) and that the bank paid
+// it at most once.
+func TestCrashPoints(t *testing.T) {
+	t.Parallel()
+	for _, point := range crash.Points {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			// The settle delay makes the confirmation happen in a
+			// reconcile_settlement job, after the send.
+			b := startBank(t, 1, bankclient.Faults{SettleDelayMS: 300})
+			flags := workerFlags(b.url)
+			ev := event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: "EUR", Beneficiary: "bene-1", EventID: "first"}
+
+			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)
+			code, err := post(w1.url, ev)
+			// The worker may die before answering (intake points): the
+			// producer then redelivers.
+			if err == nil && code != http.StatusCreated {
+				t.Fatalf("first delivery answered %d", code)
+			}
+			if ps := w1.waitExit(t, 30*time.Second); !killedBySIGKILL(ps) {
+				t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
+			}
+
+			w2 := startWorker(t, "w2", db.URL, nil, flags...)
+			ev.EventID = "redelivery"
+			code, err = post(w2.url, ev)
+			if err != nil || (code != http.StatusOK && code != http.StatusCreated) {
+				t.Fatalf("redelivery = %d, %v", code, err)
+			}
+			waitAllTerminal(t, db, 1, 60*time.Second)
+			checkLedger(t, db, map[string]int64{ev.SettlementID: ev.AmountCents})
+			checkBank(t, db, b)
+
+			var state string
+			var movements, receipts int
+			if err := db.Pool.QueryRow(context.Background(), `SELECT state,
+				(SELECT count(*) FROM ledger_movements), (SELECT count(*) FROM settlement_receipts) FROM settlements`).
+				Scan(&state, &movements, &receipts); err != nil {
+				t.Fatal(err)
+			}
+			st := b.Stats()
+			if state != "confirmed" || movements != 1 || receipts != 1 || st.MaxPaymentsPerReference != 1 {
+				t.Errorf("after crash at %s: state %s, %d movements, %d receipts, bank %+v", point, state, movements, receipts, st)
+			}
+
+			// The restarted worker also stops gracefully.
+			if err := w2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if ps := w2.waitExit(t, 15*time.Second); ps.ExitCode() != 0 {
+				t.Errorf("w2 exited %d on SIGTERM", ps.ExitCode())
+			}
+		})
+	}
+}
