@@ -197,8 +197,11 @@ func timeline(st Story) []Event {
 		ev = append(ev, Event{At: a.StartedAt, Kind: "bank_" + a.Op, Text: text})
 	}
 	if m := st.Movement; m != nil {
-		ev = append(ev, Event{At: m.CreatedAt, Kind: "movement",
-			Text: fmt.Sprintf("ledger movement %d %s on account %s, bank payment %s", m.AmountCents, m.Currency, m.AccountID, m.BankPaymentID)})
+		t := fmt.Sprintf("ledger movement %d %s on account %s", m.AmountCents, m.Currency, m.AccountID)
+		if m.BankPaymentID != "" {
+			t += ", bank payment " + m.BankPaymentID
+		}
+		ev = append(ev, Event{At: m.CreatedAt, Kind: "movement", Text: t})
 	}
 	for _, c := range st.Conflicts {
 		ev = append(ev, Event{At: c.DetectedAt, Kind: "conflict", Text: "rejected another payload: " + c.describe()})

@@ -1,0 +1,904 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/database"
+	"github.com/settle/settle/internal/ops"
+	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/statemachine"
+)
+
+const reconcileDescription = `
+Inspection and reconciliation: what is stuck and since when, what happened to
+one settlement, what conflicted, and whether the ledger agrees with the bank.
+Every read runs in a read-only snapshot and never blocks the worker.
+
+Forms (each takes --json and --help):
+  settle reconcile                         counts by state, the oldest open settlement of
+                                           each state, needs investigation, receipts,
+                                           replays, conflicts, movements
+  settle reconcile list --state S [--older-than D]
+                                           the settlements in state S, oldest first
+  settle reconcile show ID                 the whole story of one settlement in time order
+  settle reconcile conflicts               recorded receipt conflicts and what differed
+  settle reconcile resolve ID|--all        ask the bank now and apply the answer (the
+                                           reconcile job's own code)
+  settle reconcile bank [--bank-url U]     the ledger against the bank's statement
+
+Exit status:
+  0  clean (list, show, conflicts: the answer was printed)
+  1  findings: settlements needing investigation (summary, resolve), discrepancies
+     with the bank (bank), no such settlement (show, resolve)
+  2  could not run: database or bank unreachable, bad arguments`
+
+// reconcileCmd carries what the forms share. dbURL, when set, is used
+// instead of DATABASE_URL or the embedded default (tests pass it).
+type reconcileCmd struct {
+	s     Stdio
+	dbURL string
+	now   func() time.Time
+}
+
+// cmdReconcile is `settle reconcile`.
+func cmdReconcile(ctx context.Context, args []string, s Stdio) int {
+	return (&reconcileCmd{s: s, now: time.Now}).run(ctx, args)
+}
+
+func (c *reconcileCmd) run(ctx context.Context, args []string) int {
+	form := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		form, args = args[0], args[1:]
+	}
+	switch form {
+	case "", "summary":
+		return c.summary(ctx, args)
+	case "list":
+		return c.list(ctx, args)
+	case "show":
+		return c.show(ctx, args)
+	case "conflicts":
+		return c.conflicts(ctx, args)
+	case "resolve":
+		return c.resolve(ctx, args)
+	case "bank":
+		return c.bank(ctx, args)
+	}
+	fmt.Fprintf(c.s.Err, "settle reconcile: unknown form %q (want list, show, conflicts, resolve or bank; see settle reconcile --help)\n", form)
+	return exitError
+}
+
+// fail prints one line saying why the form could not run (pgx joins the
+// errors of several addresses with newlines: they become "; ").
+func (c *reconcileCmd) fail(form string, err error) int {
+	msg := strings.NewReplacer("\n\t", "; ", "\n", "; ").Replace(strings.TrimSpace(err.Error()))
+	fmt.Fprintf(c.s.Err, "settle reconcile%s: %s\n", form, msg)
+	return exitError
+}
+
+// parseArgs parses flags placed before, between or after the positional
+// arguments (settle reconcile show ID --json), which flag.Parse alone
+// stops at, and returns the positional ones.
+func parseArgs(fs *flag.FlagSet, args []string) (pos []string, code int, done bool) {
+	for {
+		if code, done = parseFlags(fs, args); done {
+			return nil, code, true
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, exitOK, false
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// open connects to the database and checks that it answers, so that an
+// unreachable database is one clear line, not a failed query.
+func (c *reconcileCmd) open(ctx context.Context, form string) *pgxpool.Pool {
+	o := database.PoolOptions{MaxConns: 4, ApplicationName: "settle reconcile"}
+	var pool *pgxpool.Pool
+	if c.dbURL != "" {
+		var err error
+		if pool, err = database.Connect(ctx, c.dbURL, o); err != nil {
+			c.fail(form, err)
+			return nil
+		}
+	} else if pool, _ = openDB(ctx, c.s, o); pool == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		c.fail(form, fmt.Errorf("database unreachable: %w", err))
+		return nil
+	}
+	return pool
+}
+
+func (c *reconcileCmd) inspector(pool *pgxpool.Pool) *reconcile.Inspector {
+	return &reconcile.Inspector{DB: pool, Now: c.now}
+}
+
+// bankFlags are the flags of the forms that talk to the bank.
+type bankFlags struct {
+	url     string
+	timeout time.Duration
+}
+
+func (b *bankFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.url, "bank-url", "http://127.0.0.1:8081", "base URL of the bank (env SETTLE_BANK_URL)")
+	fs.DurationVar(&b.timeout, "bank-timeout", bankclient.DefaultTimeout, "timeout of one HTTP attempt to the bank")
+}
+
+// client builds the bank client (credential and CA from SETTLE_BANK_TOKEN
+// and SETTLE_BANK_CA_FILE) and checks that the bank answers.
+func (b *bankFlags) client(ctx context.Context) (*bankclient.Client, error) {
+	opts := bankclient.OptionsFromEnv(os.Getenv)
+	opts.Timeout = b.timeout
+	cl, err := bankclient.New(b.url, opts)
+	if err != nil {
+		return nil, fmt.Errorf("error configuring the bank client: %w", err)
+	}
+	if _, err := cl.Statement(ctx, "", 1); err != nil {
+		return nil, fmt.Errorf("bank unreachable at %s: %w", b.url, err)
+	}
+	return cl, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// age prints a duration in seconds for humans: 3h2m5s, 45s.
+func age(seconds float64) string {
+	return (time.Duration(seconds) * time.Second).String()
+}
+
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// ---- summary ----
+
+func (c *reconcileCmd) summary(ctx context.Context, args []string) int {
+	fs := newFlagSet("reconcile", "[list|show|conflicts|resolve|bank] [flags]", reconcileDescription, c.s)
+	asJSON := fs.Bool("json", false, `print {"by_state":{...},"receipts","replays","conflicts","movements","oldest_uncertain_age_seconds",...}`)
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(c.s.Err, "settle reconcile: unexpected arguments %q\n", fs.Args())
+		return exitError
+	}
+	pool := c.open(ctx, "")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	sum, err := c.inspector(pool).Summary(ctx)
+	if err != nil {
+		return c.fail("", err)
+	}
+	if *asJSON {
+		_ = writeJSON(c.s.Out, sum)
+	} else {
+		tw := tabwriter.NewWriter(c.s.Out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "STATE\tCOUNT\tOLDEST IN STATE")
+		for _, st := range statemachine.States {
+			oldest := ""
+			if a, ok := sum.OldestOpenAgeSeconds[st]; ok {
+				oldest = age(a)
+				if st == statemachine.Uncertain {
+					oldest += " (" + sum.OldestUncertainID + ")"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", st, sum.ByState[st], oldest)
+		}
+		fmt.Fprintln(tw, "\t\t")
+		hint := ""
+		if sum.NeedsInvestigation > 0 {
+			hint = "settle reconcile list --state uncertain"
+		}
+		fmt.Fprintf(tw, "needs investigation\t%d\t%s\n", sum.NeedsInvestigation, hint)
+		fmt.Fprintf(tw, "receipts\t%d\t\n", sum.Receipts)
+		fmt.Fprintf(tw, "replays\t%d\t\n", sum.Replays)
+		hint = ""
+		if sum.Conflicts > 0 {
+			hint = "settle reconcile conflicts"
+		}
+		fmt.Fprintf(tw, "conflicts\t%d\t%s\n", sum.Conflicts, hint)
+		fmt.Fprintf(tw, "movements\t%d\t\n", sum.Movements)
+		_ = tw.Flush()
+	}
+	if sum.Findings() {
+		return exitFindings
+	}
+	return exitOK
+}
+
+// ---- list ----
+
+func (c *reconcileCmd) list(ctx context.Context, args []string) int {
+	fs := newFlagSet("reconcile list", "--state S [--older-than D] [flags]", `
+Lists the settlements in one state, oldest in the state first: since when,
+the bank's last answer, attempts, the next check, and needs_investigation
+with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
+	state := fs.String("state", "", "state to list: pending, sent, uncertain, confirmed or failed (required)")
+	olderThan := fs.Duration("older-than", 0, "only settlements in the state for at least this long (e.g. 10m)")
+	limit := fs.Int("limit", 0, "stop after this many (0: all)")
+	asJSON := fs.Bool("json", false, `print {"state","older_than_seconds","settlements":[...],"count"}`)
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	st := statemachine.State(*state)
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(c.s.Err, "settle reconcile list: unexpected arguments %q\n", fs.Args())
+		return exitError
+	case !st.Valid():
+		fmt.Fprintf(c.s.Err, "settle reconcile list: --state must be one of pending, sent, uncertain, confirmed, failed (got %q)\n", *state)
+		return exitError
+	case *olderThan < 0:
+		fmt.Fprintln(c.s.Err, "settle reconcile list: --older-than must not be negative")
+		return exitError
+	}
+	pool := c.open(ctx, " list")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+
+	out := bufio.NewWriter(c.s.Out)
+	defer out.Flush()
+	opts := reconcile.ListOptions{State: st, OlderThan: *olderThan, Limit: *limit}
+	var n int
+	var err error
+	if *asJSON {
+		fmt.Fprintf(out, "{\n  \"state\": %q,\n  \"older_than_seconds\": %g,\n  \"settlements\": [", st, olderThan.Seconds())
+		n, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				out.WriteString(",")
+			}
+			n++
+			out.WriteString("\n    ")
+			_, err = out.Write(b)
+			return err
+		})
+		if err == nil {
+			fmt.Fprintf(out, "\n  ],\n  \"count\": %d\n}\n", n)
+		}
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		header := "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tBANK\tINVESTIGATION"
+		fmt.Fprintln(tw, header)
+		n, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error {
+			bank := r.BankStatus
+			if r.BankPaymentID != "" {
+				bank += " " + r.BankPaymentID
+			}
+			inv := "-"
+			if r.NeedsInvestigation {
+				inv = r.InvestigationReason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%d\t%s\t%s\t%s\n", r.SettlementID, r.Since.UTC().Format(time.RFC3339),
+				age(r.AgeSeconds), r.AmountCents, r.Currency, r.SendAttempts, r.CheckAttempts, timeOrDash(r.NextCheckAt),
+				strings.TrimSpace(bank), inv)
+			// Columns align within blocks of 500 rows: memory stays flat
+			// for a state holding millions.
+			if n++; n%500 == 0 {
+				return tw.Flush()
+			}
+			return nil
+		})
+		_ = tw.Flush()
+		if err == nil {
+			fmt.Fprintf(out, "%d %s settlement(s)", n, st)
+			if *olderThan > 0 {
+				fmt.Fprintf(out, " in the state for %s or more", *olderThan)
+			}
+			fmt.Fprintln(out)
+		}
+	}
+	if err != nil {
+		out.Flush()
+		return c.fail(" list", err)
+	}
+	return exitOK
+}
+
+// ---- show ----
+
+func (c *reconcileCmd) show(ctx context.Context, args []string) int {
+	fs := newFlagSet("reconcile show", "ID [flags]", `
+Prints the whole story of one settlement in time order: the receipt (payload
+hash, first event id, when it arrived, replays and how long ago the last
+one came), every transition with its reason, each bank call and its answer,
+the ledger movement, any conflicts, and needs_investigation with its reason.
+Exit 0 when found, 1 when there is no such settlement.`, c.s)
+	asJSON := fs.Bool("json", false, "print the settlement, receipt, transitions, bank_attempts, movement, conflicts and timeline as JSON")
+	pos, code, done := parseArgs(fs, args)
+	if done {
+		return code
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(c.s.Err, "settle reconcile show: want exactly one settlement id")
+		return exitError
+	}
+	id := pos[0]
+	pool := c.open(ctx, " show")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	st, err := c.inspector(pool).Show(ctx, id)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		fmt.Fprintf(c.s.Err, "settle reconcile show: no settlement %q\n", id)
+		return exitFindings
+	}
+	if err != nil {
+		return c.fail(" show", err)
+	}
+	if *asJSON {
+		_ = writeJSON(c.s.Out, st)
+		return exitOK
+	}
+	s := st.Settlement
+	tw := tabwriter.NewWriter(c.s.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "settlement\t%s\n", s.SettlementID)
+	state := s.State
+	if s.NeedsInvestigation {
+		state += "   NEEDS INVESTIGATION: " + s.InvestigationReason
+	}
+	fmt.Fprintf(tw, "state\t%s\n", state)
+	fmt.Fprintf(tw, "amount\t%d %s (minor units)\n", s.AmountCents, s.Currency)
+	fmt.Fprintf(tw, "from → to\t%s → %s\n", s.AccountID, s.Beneficiary)
+	fmt.Fprintf(tw, "payload hash\t%s\n", s.PayloadHash)
+	fmt.Fprintf(tw, "bank key\t%s\n", s.BankKey)
+	b := st.Bank
+	bank := fmt.Sprintf("%d send(s), first at %s; %d status check(s), next at %s", b.SendAttempts,
+		timeOrDash(b.FirstAttemptAt), b.CheckAttempts, timeOrDash(b.NextCheckAt))
+	if b.PaymentID != "" || b.Status != "" {
+		bank = fmt.Sprintf("payment %s, last status %s; ", b.PaymentID, b.Status) + bank
+	}
+	fmt.Fprintf(tw, "bank\t%s\n", bank)
+	if r := st.Receipt; r != nil {
+		rc := fmt.Sprintf("received %s", r.ReceivedAt.UTC().Format(time.RFC3339Nano))
+		if r.FirstEventID != "" {
+			rc += ", first event " + r.FirstEventID
+		}
+		rc += fmt.Sprintf(", %d replay(s)", r.ReplayCount)
+		if st.LastReplayAgeSeconds != nil {
+			rc += ", the last " + age(*st.LastReplayAgeSeconds) + " ago"
+		}
+		fmt.Fprintf(tw, "receipt\t%s\n", rc)
+	} else {
+		fmt.Fprintf(tw, "receipt\t(removed by retention)\n")
+	}
+	mv := "none"
+	if m := st.Movement; m != nil {
+		mv = fmt.Sprintf("%d %s at %s", m.AmountCents, m.Currency, m.CreatedAt.UTC().Format(time.RFC3339Nano))
+		if m.BankPaymentID != "" {
+			mv += ", bank payment " + m.BankPaymentID
+		}
+	}
+	fmt.Fprintf(tw, "movement\t%s\n", mv)
+	fmt.Fprintf(tw, "conflicts\t%d\n", len(st.Conflicts))
+	_ = tw.Flush()
+	fmt.Fprintln(c.s.Out)
+	tw = tabwriter.NewWriter(c.s.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tWHAT\tDETAIL")
+	for _, e := range st.Timeline {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Kind, e.Text)
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+// ---- conflicts ----
+
+func (c *reconcileCmd) conflicts(ctx context.Context, args []string) int {
+	fs := newFlagSet("reconcile conflicts", "[flags]", `
+Lists the recorded receipt conflicts, oldest first: events that reused a
+settlement id with another payload, rejected with 409 and never applied,
+with the business fields that differ from the stored settlement.
+Exit 0 when it ran, whether or not there are conflicts.`, c.s)
+	asJSON := fs.Bool("json", false, `print {"conflicts":[...],"count"}`)
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(c.s.Err, "settle reconcile conflicts: unexpected arguments %q\n", fs.Args())
+		return exitError
+	}
+	pool := c.open(ctx, " conflicts")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	out := bufio.NewWriter(c.s.Out)
+	defer out.Flush()
+	var n int
+	var err error
+	if *asJSON {
+		out.WriteString("{\n  \"conflicts\": [")
+		n, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error {
+			b, err := json.Marshal(cf)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				out.WriteString(",")
+			}
+			n++
+			out.WriteString("\n    ")
+			_, err = out.Write(b)
+			return err
+		})
+		if err == nil {
+			fmt.Fprintf(out, "\n  ],\n  \"count\": %d\n}\n", n)
+		}
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DETECTED\tSETTLEMENT\tEVENT\tDIFFERS (stored → incoming)\tINCOMING HASH")
+		n, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error {
+			var d []string
+			for _, f := range cf.Differences {
+				d = append(d, fmt.Sprintf("%s %s → %s", f.Field, f.Stored, f.Incoming))
+			}
+			diff := strings.Join(d, ", ")
+			if diff == "" {
+				diff = "-"
+			}
+			ev := cf.EventID
+			if ev == "" {
+				ev = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cf.DetectedAt.UTC().Format(time.RFC3339), cf.SettlementID, ev, diff, cf.IncomingHash)
+			if n++; n%500 == 0 {
+				return tw.Flush()
+			}
+			return nil
+		})
+		_ = tw.Flush()
+		if err == nil {
+			fmt.Fprintf(out, "%d conflict(s)\n", n)
+		}
+	}
+	if err != nil {
+		out.Flush()
+		return c.fail(" conflicts", err)
+	}
+	return exitOK
+}
+
+// ---- resolve ----
+
+// resolveResult is one line of `settle reconcile resolve`.
+type resolveResult struct {
+	SettlementID        string `json:"settlement_id"`
+	From                string `json:"from,omitempty"`
+	To                  string `json:"to,omitempty"`
+	Action              string `json:"action,omitempty"`
+	Reason              string `json:"reason,omitempty"`
+	NeedsInvestigation  bool   `json:"needs_investigation"`
+	InvestigationReason string `json:"investigation_reason,omitempty"`
+	Error               string `json:"error,omitempty"`
+}
+
+func (c *reconcileCmd) resolve(ctx context.Context, args []string) int {
+	fs := newFlagSet("reconcile resolve", "ID|--all [flags]", `
+Asks the bank about a settlement now, by its idempotency key, and applies the
+answer through the same code as the reconcile job (the Resolver): settled
+confirms it with its movement, failed fails it, a key the bank never saw is
+resent while younger than --bank-key-ttl and flagged for investigation after.
+A terminal settlement is left alone. --all resolves every pending, sent and
+uncertain settlement, one after the other.
+Exit 0 when every answer was applied, 1 when a settlement needs investigation
+afterwards or does not exist, 2 when the bank or the database is unreachable.`, c.s)
+	all := fs.Bool("all", false, "resolve every settlement that is not terminal")
+	var bf bankFlags
+	bf.register(fs)
+	keyTTL := fs.Duration("bank-key-ttl", reconcile.DefaultKeyTTL, "never re-send an instruction once this long has passed since its first attempt (must match the worker's)")
+	asJSON := fs.Bool("json", false, `print {"resolved":[{"settlement_id","from","to","action","reason","needs_investigation",...}],"count"}`)
+	pos, code, done := parseArgs(fs, args)
+	if done {
+		return code
+	}
+	switch {
+	case *all && len(pos) != 0, !*all && len(pos) != 1:
+		fmt.Fprintln(c.s.Err, "settle reconcile resolve: want one settlement id or --all")
+		return exitError
+	case *keyTTL <= 0:
+		fmt.Fprintln(c.s.Err, "settle reconcile resolve: --bank-key-ttl must be positive")
+		return exitError
+	}
+	pool := c.open(ctx, " resolve")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	bank, err := bf.client(ctx)
+	if err != nil {
+		return c.fail(" resolve", err)
+	}
+	r := &reconcile.Resolver{DB: pool, Bank: bank, Now: c.now, KeyTTL: *keyTTL}
+
+	var results []resolveResult
+	code = exitOK
+	one := func(id string) error {
+		res := resolveResult{SettlementID: id}
+		out, err := r.Resolve(ctx, id, nil)
+		switch {
+		case errors.Is(err, reconcile.ErrNotFound):
+			res.Error = "no such settlement"
+			code = max(code, exitFindings)
+		case err != nil:
+			res.Error = err.Error()
+			results = append(results, res)
+			return err
+		default:
+			res.Action, res.Reason, res.To = string(out.Action), out.Decision.Reason, string(out.State)
+			var reason *string
+			if err := pool.QueryRow(ctx, `SELECT state, needs_investigation, investigation_reason FROM settlements WHERE settlement_id = $1`, id).
+				Scan(&res.To, &res.NeedsInvestigation, &reason); err != nil {
+				results = append(results, res)
+				return fmt.Errorf("error reading settlement %s: %w", id, err)
+			}
+			if reason != nil {
+				res.InvestigationReason = *reason
+			}
+			if res.NeedsInvestigation {
+				code = max(code, exitFindings)
+			}
+		}
+		results = append(results, res)
+		return nil
+	}
+	if *all {
+		err = forEachOpen(ctx, pool, func(id, state string) error {
+			if err := one(id); err != nil {
+				return err
+			}
+			results[len(results)-1].From = state
+			return nil
+		})
+	} else {
+		var from string
+		_ = pool.QueryRow(ctx, "SELECT state FROM settlements WHERE settlement_id = $1", pos[0]).Scan(&from)
+		err = one(pos[0])
+		if len(results) > 0 {
+			results[0].From = from
+		}
+	}
+	if results == nil {
+		results = []resolveResult{}
+	}
+	if *asJSON {
+		_ = writeJSON(c.s.Out, map[string]any{"resolved": results, "count": len(results)})
+	} else {
+		tw := tabwriter.NewWriter(c.s.Out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SETTLEMENT\tFROM\tTO\tACTION\tREASON\tINVESTIGATION")
+		for _, r := range results {
+			reason := r.Reason
+			if r.Error != "" {
+				reason = "error: " + r.Error
+			}
+			inv := "-"
+			if r.NeedsInvestigation {
+				inv = r.InvestigationReason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.SettlementID, r.From, r.To, r.Action, reason, inv)
+		}
+		_ = tw.Flush()
+	}
+	if err != nil {
+		return c.fail(" resolve", err)
+	}
+	return code
+}
+
+// forEachOpen calls fn for every settlement that is not terminal, in id
+// order, reading them in short pages so no transaction stays open while
+// the bank is asked.
+func forEachOpen(ctx context.Context, pool *pgxpool.Pool, fn func(id, state string) error) error {
+	after := ""
+	for {
+		rows, err := pool.Query(ctx, `SELECT settlement_id, state FROM settlements
+			WHERE state IN ('pending', 'sent', 'uncertain') AND settlement_id > $1
+			ORDER BY settlement_id LIMIT 200`, after)
+		if err != nil {
+			return fmt.Errorf("error listing open settlements: %w", err)
+		}
+		type open struct{ id, state string }
+		page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (open, error) {
+			var o open
+			return o, r.Scan(&o.id, &o.state)
+		})
+		if err != nil {
+			return fmt.Errorf("error listing open settlements: %w", err)
+		}
+		for _, o := range page {
+			if err := fn(o.id, o.state); err != nil {
+				return err
+			}
+		}
+		if len(page) < 200 {
+			return nil
+		}
+		after = page[len(page)-1].id
+	}
+}
+
+// ---- bank ----
+
+func (c *reconcileCmd) bank(ctx context.Context, args []string) int {
+	fs := newFlagSet("reconcile bank", "[--bank-url U] [flags]", `
+Reconciles the ledger with the bank's statement, matched on the business id
+(settlement_id here, the payment's reference at the bank), and classifies
+every break:
+  missing_in_ledger   the bank settled a payment, the ledger has no movement
+  missing_at_bank     the ledger has a movement, the bank has no settled payment
+  amount_mismatch     both settled, with another amount or currency
+  status_mismatch     we say failed and the bank settled (or still holds it open),
+                      or we say confirmed without a movement
+  duplicate_at_bank   two or more payments at the bank for one settlement
+  unresolved          settlements not terminal yet: listed, not discrepancies
+Memory stays flat however many settlements: the statement is staged in a
+temporary table page by page and classified by PostgreSQL. Payments the
+statement may show older than the ledger are asked again by key first.
+Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable.`, c.s)
+	var bf bankFlags
+	bf.register(fs)
+	pageSize := fs.Int("page-size", reconcile.DefaultStatementPageSize, "statement page size asked of the bank")
+	limit := fs.Int("limit", 20, "rows printed per class in the table (--json lists all)")
+	asJSON := fs.Bool("json", false, `print {"matched":n,"missing_in_ledger":[...],"missing_at_bank":[...],"amount_mismatch":[...],"status_mismatch":[...],"duplicate_at_bank":[...],"unresolved":[...],...}`)
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(c.s.Err, "settle reconcile bank: unexpected arguments %q\n", fs.Args())
+		return exitError
+	}
+	pool := c.open(ctx, " bank")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	bank, err := bf.client(ctx)
+	if err != nil {
+		return c.fail(" bank", err)
+	}
+
+	out := bufio.NewWriter(c.s.Out)
+	defer out.Flush()
+	var sink interface {
+		reconcile.BankSink
+		finish() error
+	}
+	if *asJSON {
+		sink = &bankJSON{w: out}
+	} else {
+		sink = &bankTable{w: out, limit: *limit}
+	}
+	rep := &reconcile.BankReporter{DB: pool, Bank: bank, PageSize: *pageSize}
+	var bar *progressbar.ProgressBar
+	if ops.IsTerminal(c.s.Err) {
+		bar = progressbar.NewOptions64(-1,
+			progressbar.OptionSetWriter(c.s.Err),
+			progressbar.OptionSetDescription("reading the bank statement"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSpinnerType(14),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+		phase := "statement"
+		rep.Progress = func(p reconcile.BankProgress) {
+			if p.Phase != phase {
+				phase = p.Phase
+				bar.Reset()
+				bar.Describe(map[string]string{"recheck": "rechecking by key", "report": "reporting breaks"}[phase])
+			}
+			_ = bar.Set64(p.Done)
+		}
+	}
+	counts, err := rep.Run(ctx, sink)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err == nil {
+		err = sink.finish()
+	}
+	if err != nil {
+		out.Flush()
+		return c.fail(" bank", err)
+	}
+	if counts.Discrepancies() > 0 {
+		return exitFindings
+	}
+	return exitOK
+}
+
+// bankJSON streams the report as the JSON of the contract: the counts
+// first, then each list in turn; every list is present, [] when empty.
+type bankJSON struct {
+	w   *bufio.Writer
+	cur int // index in BreakClasses of the open list; -1 before the first
+	n   int // items written in the open list
+}
+
+func (j *bankJSON) Counts(c reconcile.BankCounts) error {
+	j.cur = -1
+	head := map[string]any{
+		"matched":             c.ByClass[reconcile.ClassMatched],
+		"failed_agreed":       c.ByClass[reconcile.ClassFailedAgreed],
+		"bank_failed_unknown": c.ByClass[reconcile.ClassBankFailedUnknown],
+		"discrepancies":       c.Discrepancies(),
+		"settlements":         c.Settlements,
+		"bank_payments":       c.BankPayments,
+		"rechecked":           c.Rechecked,
+		"as_of":               c.AsOf,
+	}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return err
+	}
+	// {"as_of":…,…,"settlements":n, then the lists follow.
+	_, err = j.w.Write(b[:len(b)-1])
+	return err
+}
+
+func (j *bankJSON) openUpTo(i int) {
+	for j.cur < i {
+		if j.cur >= 0 {
+			j.w.WriteString("]")
+		}
+		j.cur++
+		fmt.Fprintf(j.w, ",%q:[", reconcile.BreakClasses[j.cur])
+		j.n = 0
+	}
+}
+
+func (j *bankJSON) Break(b reconcile.Break) error {
+	i := classIndex(b.Class)
+	if i < j.cur {
+		return fmt.Errorf("error writing the report: %s arrived after %s", b.Class, reconcile.BreakClasses[j.cur])
+	}
+	j.openUpTo(i)
+	if j.n > 0 {
+		j.w.WriteString(",")
+	}
+	j.n++
+	bs, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	_, err = j.w.Write(bs)
+	return err
+}
+
+func (j *bankJSON) finish() error {
+	j.openUpTo(len(reconcile.BreakClasses) - 1)
+	_, err := j.w.WriteString("]}\n")
+	return err
+}
+
+func classIndex(c reconcile.Class) int {
+	for i, x := range reconcile.BreakClasses {
+		if x == c {
+			return i
+		}
+	}
+	return len(reconcile.BreakClasses)
+}
+
+// bankTable prints the counts and then, per class, up to limit rows in an
+// aligned table.
+type bankTable struct {
+	w      *bufio.Writer
+	limit  int
+	counts reconcile.BankCounts
+	tw     *tabwriter.Writer
+	cur    reconcile.Class
+	n      int64
+}
+
+func (t *bankTable) Counts(c reconcile.BankCounts) error {
+	t.counts = c
+	fmt.Fprintf(t.w, "ledger vs bank as of %s: %d settlements, %d bank payments, %d rechecked by key\n\n",
+		c.AsOf.UTC().Format(time.RFC3339), c.Settlements, c.BankPayments, c.Rechecked)
+	tw := tabwriter.NewWriter(t.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLASS\tCOUNT\t")
+	fmt.Fprintf(tw, "matched\t%d\tconfirmed, one movement, one settled payment, same amount\n", c.ByClass[reconcile.ClassMatched])
+	for _, cl := range reconcile.BreakClasses {
+		note := "discrepancy"
+		if !cl.Discrepancy() {
+			note = "not terminal yet: not a discrepancy"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", cl, c.ByClass[cl], note)
+	}
+	fmt.Fprintf(tw, "failed_agreed\t%d\tfailed here, failed or never created at the bank\n", c.ByClass[reconcile.ClassFailedAgreed])
+	if n := c.ByClass[reconcile.ClassBankFailedUnknown]; n > 0 {
+		fmt.Fprintf(tw, "bank_failed_unknown\t%d\tfailed bank payments for ids we never had\n", n)
+	}
+	return tw.Flush()
+}
+
+func (t *bankTable) endClass() {
+	if t.tw == nil {
+		return
+	}
+	_ = t.tw.Flush()
+	if total := t.counts.ByClass[t.cur]; total > t.n {
+		fmt.Fprintf(t.w, "… and %d more (--json lists all)\n", total-t.n)
+	}
+	t.tw = nil
+}
+
+func (t *bankTable) Break(b reconcile.Break) error {
+	if b.Class != t.cur || t.tw == nil {
+		t.endClass()
+		t.cur, t.n = b.Class, 0
+		fmt.Fprintf(t.w, "\n%s (%d)\n", b.Class, t.counts.ByClass[b.Class])
+		t.tw = tabwriter.NewWriter(t.w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(t.tw, "SETTLEMENT\tSTATE\tAMOUNT\tMOVEMENT\tBANK\tWHY")
+	}
+	if t.limit > 0 && t.n >= int64(t.limit) {
+		return nil
+	}
+	t.n++
+	state := b.State
+	if state == "" {
+		state = "(none)"
+	}
+	amount, mv := "-", "-"
+	if b.AmountCents != 0 {
+		amount = fmt.Sprintf("%d %s", b.AmountCents, b.Currency)
+	}
+	if b.Movement != nil {
+		mv = fmt.Sprintf("%d %s", b.Movement.AmountCents, b.Movement.Currency)
+	}
+	var bank []string
+	for _, p := range b.BankPayments {
+		bank = append(bank, fmt.Sprintf("%s %s %d %s", p.ID, p.Status, p.AmountCents, p.Currency))
+	}
+	if len(bank) == 0 {
+		bank = []string{"-"}
+	}
+	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%s\n", b.SettlementID, state, amount, mv, strings.Join(bank, "; "), b.Reason)
+	return nil
+}
+
+func (t *bankTable) finish() error {
+	t.endClass()
+	if d := t.counts.Discrepancies(); d > 0 {
+		fmt.Fprintf(t.w, "\n%d discrepancies\n", d)
+	} else {
+		fmt.Fprintf(t.w, "\nno discrepancies: matched %d\n", t.counts.ByClass[reconcile.ClassMatched])
+	}
+	return nil
+}
