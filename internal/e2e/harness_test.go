@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -360,25 +359,6 @@ func checkBank(t *testing.T, db *testdb.DB, b *bank) {
 			t.Errorf("bank %s %s but the settlement is %s", p.Status, p.Reference, state)
 		}
 	}
-}
-
-// errDied is returned by deliver when every worker refused.
-var errDied = errors.New("no worker answered")
-
-// deliverOne posts ev to the first worker that answers, trying each in turn
-// until the deadline (a killed worker gives no answer: the producer
-// redelivers elsewhere).
-func deliverOne(urls func() []string, ev event, within time.Duration) (int, error) {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		for _, u := range urls() {
-			if code, err := post(u, ev); err == nil && code < 500 {
-				return code, nil
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return 0, errDied
 }
 
 // lockedURLs is a set of worker URLs that changes as workers restart.
