@@ -325,28 +325,30 @@ func TestBankReportManySettlements(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
 	const n = 3000
-	seedBulk(t, b.db, n)
+	seedBulk(t, b.db, n, 0)
 	rep := b.report(t, &genBank{n: n})
 	if rep.ByClass[ClassMatched] != n || rep.Discrepancies() != 0 || rep.BankPayments != n {
 		t.Fatalf("matched %d of %d, breaks %d", rep.ByClass[ClassMatched], n, rep.Discrepancies())
 	}
 }
 
-// seedBulk writes n confirmed settlements with their movements in two
-// statements: bulk-<i>, amount 100+i.
-func seedBulk(t testing.TB, db *testdb.DB, n int) {
+// seedBulk writes n settlements bulk-<i>, amount 100+i, in two statements:
+// confirmed with their movements, except every openEvery-th (when > 0),
+// which is still sent.
+func seedBulk(t testing.TB, db *testdb.DB, n, openEvery int) {
 	t.Helper()
 	ctx := context.Background()
-	for _, sql := range []string{
-		`INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
-		 SELECT 'bulk-' || i, 'acc', 'bene', 100 + i, 'EUR', 'confirmed', 'key-' || i, 'sha256:' || repeat('0', 64)
-		 FROM generate_series(0, $1 - 1) i`,
-		`INSERT INTO ledger_movements (settlement_id, account_id, amount_cents, currency)
-		 SELECT 'bulk-' || i, 'acc', 100 + i, 'EUR' FROM generate_series(0, $1 - 1) i`,
-	} {
-		if _, err := db.Pool.Exec(ctx, sql, n); err != nil {
-			t.Fatalf("seed: %v", err)
-		}
+	if _, err := db.Pool.Exec(ctx, `
+		INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
+		SELECT 'bulk-' || i, 'acc', 'bene', 100 + i, 'EUR',
+		       CASE WHEN $2::int > 0 AND i % $2::int = 0 THEN 'sent' ELSE 'confirmed' END, 'key-' || i, 'sha256:' || repeat('0', 64)
+		FROM generate_series(0, $1::int - 1) i`, n, openEvery); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, `
+		INSERT INTO ledger_movements (settlement_id, account_id, amount_cents, currency)
+		SELECT settlement_id, 'acc', amount_cents, 'EUR' FROM settlements WHERE state = 'confirmed'`); err != nil {
+		t.Fatalf("seed: %v", err)
 	}
 }
 
