@@ -54,6 +54,12 @@ type Options struct {
 	BinDir string
 	// Logf receives one line per notable action (initdb, start, reuse).
 	Logf func(format string, args ...any)
+	// Port, when not 0, is the TCP port (and Unix socket name) the server
+	// starts on, instead of a free one picked at random. Fault tests pass
+	// the Port of a cluster they stopped so that a restarted server keeps
+	// the address its clients were given. A server that is already running
+	// is reused on whatever port it has.
+	Port int
 }
 
 // Cluster is a running cluster.
@@ -181,7 +187,7 @@ func Ensure(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.initIfNeeded(ctx, opts.Ephemeral, logf); err != nil {
 		return nil, err
 	}
-	if err := c.start(ctx, logf); err != nil {
+	if err := c.start(ctx, opts.Port, logf); err != nil {
 		return nil, err
 	}
 	c.Started = true
@@ -211,6 +217,15 @@ func Find(home string) (*Cluster, bool, error) {
 // committed work is kept).
 func (c *Cluster) Stop(ctx context.Context) error {
 	return c.pgctl(ctx, "-D", c.dataDir(), "-m", "fast", "-w", "-t", "60", "stop")
+}
+
+// StopImmediate stops the server with an immediate shutdown: every server
+// process quits at once, as in a crash, and the next start runs crash
+// recovery from the WAL. Committed work is kept (synchronous_commit stays on
+// even in ephemeral clusters). Fault tests use it to simulate a database
+// that dies under load.
+func (c *Cluster) StopImmediate(ctx context.Context) error {
+	return c.pgctl(ctx, "-D", c.dataDir(), "-m", "immediate", "-w", "-t", "60", "stop")
 }
 
 // running reads postmaster.pid and reports the server's pid and port when
@@ -311,15 +326,21 @@ func (c *Cluster) initIfNeeded(ctx context.Context, ephemeral bool, logf func(st
 	return nil
 }
 
-func (c *Cluster) start(ctx context.Context, logf func(string, ...any)) error {
+// start starts the server on fixedPort, or on a free port when it is 0.
+func (c *Cluster) start(ctx context.Context, fixedPort int, logf func(string, ...any)) error {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return err
+		// A fixed port is retried as is: after an immediate stop the old
+		// server's children may hold it for a moment.
+		port := fixedPort
+		if port == 0 {
+			var err error
+			if port, err = freePort(); err != nil {
+				return err
+			}
 		}
 		c.Port = port
-		err = c.pgctl(ctx, "-D", c.dataDir(), "-l", c.logFile(), "-w", "-t", "60",
+		err := c.pgctl(ctx, "-D", c.dataDir(), "-l", c.logFile(), "-w", "-t", "60",
 			"-o", fmt.Sprintf("-p %d", port), "start")
 		if err == nil {
 			pid, _, ok := c.running()

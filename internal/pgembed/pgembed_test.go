@@ -163,6 +163,49 @@ func TestStop(t *testing.T) {
 	}
 }
 
+// TestRestartOnSamePort: a cluster stopped (fast or immediate) and started
+// again with Options.Port keeps its address, so clients given its URL
+// reconnect, and keeps every committed row (crash recovery after immediate).
+func TestRestartOnSamePort(t *testing.T) {
+	t.Parallel()
+	for _, immediate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("immediate=%v", immediate), func(t *testing.T) {
+			t.Parallel()
+			home := newHome(t)
+			c := ensure(t, home)
+			exec1(t, c, "CREATE TABLE kept (x int); INSERT INTO kept VALUES (7)")
+			stop := c.Stop
+			if immediate {
+				stop = c.StopImmediate
+			}
+			if err := stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if _, running, _ := pgembed.Find(home); running {
+				t.Fatal("still running after the stop")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c2, err := pgembed.Ensure(ctx, pgembed.Options{Home: home, Ephemeral: true, Port: c.Port})
+			if err != nil {
+				t.Fatalf("Ensure again: %v", err)
+			}
+			if !c2.Started || c2.Port != c.Port || c2.URL("postgres") != c.URL("postgres") {
+				t.Fatalf("restarted on port %d (started %v), want %d", c2.Port, c2.Started, c.Port)
+			}
+			conn, err := pgx.Connect(ctx, c.URL("postgres"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var x int
+			if err := conn.QueryRow(ctx, "SELECT x FROM kept").Scan(&x); err != nil || x != 7 {
+				t.Fatalf("data after restart: %d, %v", x, err)
+			}
+		})
+	}
+}
+
 func TestNoServerBinaries(t *testing.T) {
 	t.Parallel()
 	_, err := pgembed.Ensure(context.Background(), pgembed.Options{Home: newHome(t), BinDir: t.TempDir()})
