@@ -178,10 +178,9 @@ func timeline(st Story) []Event {
 	}
 	for _, a := range st.BankAttempts {
 		text := a.Op + " key " + a.BankKey + ": "
-		switch {
-		case a.FinishedAt == nil:
+		if a.FinishedAt == nil {
 			text += "no answer recorded (in flight, or the process died)"
-		default:
+		} else {
 			text += a.Outcome
 			if a.BankStatus != "" {
 				text += ", bank status " + a.BankStatus

@@ -282,10 +282,10 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 				return err
 			}
 			if n > 0 {
-				out.WriteString(",")
+				fmt.Fprint(out, ",")
 			}
 			n++
-			out.WriteString("\n    ")
+			fmt.Fprint(out, "\n    ")
 			_, err = out.Write(b)
 			return err
 		})
@@ -323,6 +323,9 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 			}
 			fmt.Fprintln(out)
 		}
+	}
+	if err == nil {
+		err = out.Flush()
 	}
 	if err != nil {
 		out.Flush()
@@ -445,17 +448,17 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 	var n int
 	var err error
 	if *asJSON {
-		out.WriteString("{\n  \"conflicts\": [")
+		fmt.Fprint(out, "{\n  \"conflicts\": [")
 		n, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error {
 			b, err := json.Marshal(cf)
 			if err != nil {
 				return err
 			}
 			if n > 0 {
-				out.WriteString(",")
+				fmt.Fprint(out, ",")
 			}
 			n++
-			out.WriteString("\n    ")
+			fmt.Fprint(out, "\n    ")
 			_, err = out.Write(b)
 			return err
 		})
@@ -488,6 +491,9 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 		if err == nil {
 			fmt.Fprintf(out, "%d conflict(s)\n", n)
 		}
+	}
+	if err == nil {
+		err = out.Flush()
 	}
 	if err != nil {
 		out.Flush()
@@ -706,32 +712,44 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable.`, c.s)
 		sink = &bankTable{w: out, limit: *limit}
 	}
 	rep := &reconcile.BankReporter{DB: pool, Bank: bank, PageSize: *pageSize}
+	// A spinner with a count on a terminal, one per phase (the totals are
+	// not known in advance); nothing when stderr is a file or a pipe.
 	var bar *progressbar.ProgressBar
 	if ops.IsTerminal(c.s.Err) {
-		bar = progressbar.NewOptions64(-1,
-			progressbar.OptionSetWriter(c.s.Err),
-			progressbar.OptionSetDescription("reading the bank statement"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSpinnerType(14),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-		)
-		phase := "statement"
+		describe := map[string]string{"statement": "reading the bank statement", "recheck": "rechecking by key"}
+		phase := ""
 		rep.Progress = func(p reconcile.BankProgress) {
 			if p.Phase != phase {
-				phase = p.Phase
-				bar.Reset()
-				bar.Describe(map[string]string{"recheck": "rechecking by key", "report": "reporting breaks"}[phase])
+				if bar != nil {
+					_ = bar.Clear()
+				}
+				phase, bar = p.Phase, nil
+				if phase == "report" {
+					return // the report itself is streaming to stdout now
+				}
+				bar = progressbar.NewOptions64(-1,
+					progressbar.OptionSetWriter(c.s.Err),
+					progressbar.OptionSetDescription(describe[phase]),
+					progressbar.OptionShowCount(),
+					progressbar.OptionSpinnerType(14),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionUseANSICodes(true),
+				)
 			}
-			_ = bar.Set64(p.Done)
+			if bar != nil {
+				_ = bar.Set64(p.Done)
+			}
 		}
 	}
 	counts, err := rep.Run(ctx, sink)
 	if bar != nil {
-		_ = bar.Finish()
+		_ = bar.Clear() // a spinner of unknown length never "finishes": clear it
 	}
 	if err == nil {
 		err = sink.finish()
+	}
+	if err == nil {
+		err = out.Flush()
 	}
 	if err != nil {
 		out.Flush()
@@ -775,7 +793,7 @@ func (j *bankJSON) Counts(c reconcile.BankCounts) error {
 func (j *bankJSON) openUpTo(i int) {
 	for j.cur < i {
 		if j.cur >= 0 {
-			j.w.WriteString("]")
+			fmt.Fprint(j.w, "]")
 		}
 		j.cur++
 		fmt.Fprintf(j.w, ",%q:[", reconcile.BreakClasses[j.cur])
@@ -790,7 +808,7 @@ func (j *bankJSON) Break(b reconcile.Break) error {
 	}
 	j.openUpTo(i)
 	if j.n > 0 {
-		j.w.WriteString(",")
+		fmt.Fprint(j.w, ",")
 	}
 	j.n++
 	bs, err := json.Marshal(b)
@@ -803,7 +821,7 @@ func (j *bankJSON) Break(b reconcile.Break) error {
 
 func (j *bankJSON) finish() error {
 	j.openUpTo(len(reconcile.BreakClasses) - 1)
-	_, err := j.w.WriteString("]}\n")
+	_, err := fmt.Fprint(j.w, "]}\n")
 	return err
 }
 
