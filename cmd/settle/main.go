@@ -38,6 +38,7 @@ func commands() []command {
 		{"fakebank", "run the bank simulator (bank protocol, injectable faults)", cmdFakebank},
 		{"worker", "run the HTTP API (intake) and the River workers", cmdWorker},
 		{"submit", "post NDJSON events to the API, with retries, progress and counts", cmdSubmit},
+		{"demo", "the whole system in one command: faulty bank, worker, events, report", cmdDemo},
 		{"reconcile", "what is stuck, one settlement's story, conflicts, resolve, ledger vs bank", cmdReconcile},
 	}
 }

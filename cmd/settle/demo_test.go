@@ -1,0 +1,56 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/settle/settle/internal/testbin"
+)
+
+// TestDemoFromNothing runs `settle demo` as a newcomer would, with no
+// database configured: it creates the embedded cluster in a fresh
+// SETTLE_HOME, runs everything against a flaky bank and must exit 0 with
+// a clean report.
+func TestDemoFromNothing(t *testing.T) {
+	t.Parallel()
+	bin := testbin.Build(t)
+	env := embeddedHome(t, bin)
+
+	out, code := runBin(t, bin, env, "demo", "--events", "60", "--faults", "flaky")
+	if code != exitOK {
+		t.Fatalf("settle demo exited %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"60 payout events for 48 settlements (11 redeliveries, 1 conflicting)",
+		"submitted 60 events through the API: 48 created, 11 replayed, 1 conflict, 0 invalid, 0 without an answer",
+		"uncertain 0",
+		"conflicts 1",
+		"needs investigation 0",
+		"missing_in_ledger 0", "missing_at_bank 0", "amount_mismatch 0", "status_mismatch 0", "duplicate_at_bank 0", "unresolved 0",
+		"max_payments_per_reference",
+		"settle demo: OK, every invariant holds",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// Every settlement is terminal and each confirmed one has one movement.
+	m := regexp.MustCompile(`confirmed (\d+)  failed (\d+)`).FindStringSubmatch(out)
+	mv := regexp.MustCompile(`movements (\d+)`).FindStringSubmatch(out)
+	if m == nil || mv == nil || m[1] != mv[1] {
+		t.Errorf("confirmed %v vs movements %v", m, mv)
+	}
+	if t.Failed() {
+		t.Log(out)
+	}
+}
+
+func TestDemoRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	bin := testbin.Build(t)
+	out, code := runBin(t, bin, envWithout("DATABASE_URL", "SETTLE_"), "demo", "--faults", "apocalyptic")
+	if code != exitError || !strings.Contains(out, "none, flaky or hostile") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/internal/testdb"
+)
+
+// startWorkerBin runs `settle worker` on db with the API token tok and
+// returns its base URL; the worker is stopped when the test ends.
+func startWorkerBin(t *testing.T, bin string, db *testdb.DB, bankURL, tok string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "worker", "--listen", "127.0.0.1:0", "--bank-url", bankURL, "--log-format", "json")
+	cmd.Env = append(envWithout("DATABASE_URL", "SETTLE_"), "DATABASE_URL="+db.URL, "SETTLE_API_TOKEN="+tok)
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("worker did not stop on SIGTERM; logs:\n%s", logs.String())
+		}
+	})
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "settle worker: listening on "); ok {
+				urls <- u
+			}
+		}
+	}()
+	select {
+	case u := <-urls:
+		return u
+	case <-done:
+		t.Fatalf("worker exited before listening:\n%s", logs.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("worker did not listen in time:\n%s", logs.String())
+	}
+	return ""
+}
+
+// TestSubmitAgainstAWorker submits a known NDJSON file with bad lines to a
+// real worker and checks the JSON summary, the problem lines and the exit
+// status; then with a wrong token, which cannot run at all.
+func TestSubmitAgainstAWorker(t *testing.T) {
+	t.Parallel()
+	bin := testbin.Build(t)
+	db := testdb.New(t)
+	_, bankURL := fakebank.NewTestServer(t, fakebank.Options{})
+	url := startWorkerBin(t, bin, db, bankURL, "tok")
+	env := envWithout("DATABASE_URL", "SETTLE_")
+
+	out, code := runBinOut(t, bin, env, "submit", "--url", url, "--api-token", "tok", "--concurrency", "1", "--json",
+		"../../internal/submit/testdata/events.ndjson")
+	if code != exitFindings {
+		t.Errorf("exit %d, want %d (invalid lines and a conflict)\n%s", code, exitFindings, out)
+	}
+	var sum struct {
+		Lines, Created, Replayed, Conflict, Invalid, Errors int
+		Problems                                            []struct {
+			Line    int
+			Outcome string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("summary is not JSON: %v\n%s", err, out)
+	}
+	if sum.Lines != 10 || sum.Created != 3 || sum.Replayed != 2 || sum.Conflict != 1 || sum.Invalid != 4 || sum.Errors != 0 {
+		t.Errorf("summary = %+v, want 10 lines: 3 created, 2 replayed, 1 conflict, 4 invalid, 0 errors", sum)
+	}
+	var got []string
+	for _, p := range sum.Problems {
+		got = append(got, strings.Join([]string{itoa(p.Line), p.Outcome}, ":"))
+	}
+	if want := "4:invalid 5:invalid 6:conflict 9:invalid 11:invalid"; strings.Join(got, " ") != want {
+		t.Errorf("problems = %q, want %q", strings.Join(got, " "), want)
+	}
+
+	// Everything again: only replays now, and the same invalid lines.
+	out, code = runBinOut(t, bin, env, "submit", "--url", url, "--api-token", "tok", "../../internal/submit/testdata/events.ndjson")
+	if code != exitFindings || !strings.Contains(out, "10 lines: 0 created, 5 replayed, 1 conflict, 4 invalid, 0 errors") ||
+		!strings.Contains(out, "line 4: invalid: line is not valid JSON") {
+		t.Errorf("second run: exit %d\n%s", code, out)
+	}
+
+	out, code = runBinOut(t, bin, env, "submit", "--url", url, "--api-token", "wrong", "../../internal/submit/testdata/events.ndjson")
+	if code != exitError || !strings.Contains(out, "refused the token") {
+		t.Errorf("wrong token: exit %d, want %d\n%s", code, exitError, out)
+	}
+}
+
+// runBinOut runs bin and returns its stdout only (stderr is logged) and
+// its exit status.
+func runBinOut(t *testing.T, bin string, env []string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if stderr.Len() > 0 {
+		t.Logf("settle %s stderr:\n%s", args[0], stderr.String())
+	}
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("settle %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return string(out) + stderr.String(), code
+}
+
+// envWithout is the environment minus the variables with these prefixes.
+func envWithout(prefixes ...string) []string {
+	var env []string
+next:
+	for _, kv := range environ() {
+		for _, p := range prefixes {
+			if strings.HasPrefix(kv, p) {
+				continue next
+			}
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// environ is os.Environ, here so tests can read it in one place.
+var environ = os.Environ

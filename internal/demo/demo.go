@@ -1,0 +1,473 @@
+// Package demo is `settle demo`: the whole system in one process tree, on a
+// database of its own, with a bank that misbehaves on purpose, and a report
+// that explains what happened and checks that every settlement was paid
+// exactly once.
+//
+// It starts the bundled fakebank in-process (behind a wrapper that counts
+// what the bank did to its answers), runs `settle worker` as a child
+// process, produces a stream of payout events with redeliveries and a
+// conflict, submits it through the HTTP API with package submit, waits until
+// every settlement is terminal, then reads the reconcile summary and the
+// ledger-vs-bank report from package reconcile.
+//
+// It must never touch user data: it works in its own database (DBName),
+// dropped and created afresh on every run. It decides nothing about
+// settlements; it only observes and checks.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/database"
+	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/internal/submit"
+	"github.com/settle/settle/migrations"
+	"github.com/settle/settle/reconcile"
+)
+
+// Options configure a demo run.
+type Options struct {
+	// Events is the number of events to submit (default 200).
+	Events int
+	// Faults names a profile of Profiles (default "flaky").
+	Faults string
+	// Seed seeds the events and the bank's fault decisions (default 1).
+	Seed int64
+	// Timeout bounds the wait for every settlement to be terminal
+	// (default 2m).
+	Timeout time.Duration
+	// Keep leaves the bank and the worker running after the report until
+	// ctx ends.
+	Keep bool
+	// Executable is the settle binary that runs the worker (required).
+	Executable string
+	// Out receives the report; Err the progress and notes.
+	Out, Err io.Writer
+	// Progress draws progress bars on Err (use it on a terminal only).
+	Progress bool
+}
+
+// Report is what a run found.
+type Report struct {
+	Events, Settlements, Redeliveries, Conflicts int
+	Submit                                       submit.Summary
+	Summary                                      reconcile.Summary
+	Bank                                         reconcile.BankCounts
+	BankStats                                    bankclient.Stats
+	Traffic                                      BankTraffic
+	// Uncertain counts the settlements that were ever uncertain;
+	// ResolvedConfirmed and ResolvedFailed how they ended.
+	Uncertain, ResolvedConfirmed, ResolvedFailed int64
+	// Resent counts settlements whose instruction was posted more than once
+	// (always under the same key).
+	Resent int64
+	// Violations lists the invariants that do not hold; empty is success.
+	Violations []string
+	Duration   time.Duration
+}
+
+// OK reports whether every invariant held.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+// Run runs the demo. The error is not nil when the demo could not run;
+// a run that completed but found a broken invariant returns a Report whose
+// OK is false.
+func Run(ctx context.Context, o Options) (Report, error) {
+	start := time.Now()
+	if o.Events <= 0 {
+		o.Events = 200
+	}
+	if o.Faults == "" {
+		o.Faults = "flaky"
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	faults, ok := Profiles[o.Faults]
+	if !ok {
+		return Report{}, fmt.Errorf("unknown fault profile %q (want none, flaky or hostile)", o.Faults)
+	}
+	if o.Executable == "" {
+		return Report{}, errors.New("no settle executable to run the worker")
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
+	note := func(format string, args ...any) { fmt.Fprintf(o.Err, "settle demo: "+format+"\n", args...) }
+
+	// The database: fresh, of its own.
+	dbURL, where, err := demoDB(ctx, func(f string, a ...any) { note(f, a...) })
+	if err != nil {
+		return Report{}, err
+	}
+	pool, err := database.Connect(ctx, dbURL, database.PoolOptions{MaxConns: 4, ApplicationName: "settle-demo"})
+	if err != nil {
+		return Report{}, err
+	}
+	defer pool.Close()
+	if _, err := migrations.Migrate(ctx, pool); err != nil {
+		return Report{}, err
+	}
+
+	// The bank and the worker.
+	bank, err := startBank(o.Seed, faults)
+	if err != nil {
+		return Report{}, err
+	}
+	defer func() {
+		if err := bank.stop(); err != nil {
+			note("error stopping the bank: %v", err)
+		}
+	}()
+	dir, err := os.MkdirTemp("", "settle-demo-")
+	if err != nil {
+		return Report{}, fmt.Errorf("error creating the demo's log directory: %w", err)
+	}
+	token := randomToken()
+	worker, err := startWorker(ctx, o.Executable, dbURL, bank.url, token, filepath.Join(dir, "worker.log"))
+	if err != nil {
+		return Report{}, err
+	}
+	defer func() {
+		if err := worker.stop(); err != nil {
+			note("worker: %v (log: %s)", err, worker.log)
+		}
+	}()
+
+	stream := Generate(o.Events, o.Seed, time.Now())
+	rep := Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts}
+	say("settle demo: %d payout events for %d settlements (%d redeliveries, %d conflicting), bank profile %q",
+		rep.Events, rep.Settlements, rep.Redeliveries, rep.Conflicts, o.Faults)
+	say("  database  %s", where)
+	say("  bank      %s (fakebank in-process: %s)", bank.url, describe(faults))
+	say("  worker    %s (settle worker, pid %d, log %s)", worker.url, worker.cmd.Process.Pid, worker.log)
+	say("")
+
+	// Submit: first deliveries, then the redeliveries and conflicts.
+	bar := o.bar(rep.Events, "submitting")
+	sopts := submit.Options{URL: worker.url, Token: token, Concurrency: 16, OnResult: func(submit.Result) { bar.add(1) }}
+	first, err := submit.Run(ctx, bytes.NewReader(NDJSON(stream.First)), sopts)
+	if err != nil {
+		return rep, fmt.Errorf("error submitting the events: %w", err)
+	}
+	again, err := submit.Run(ctx, bytes.NewReader(NDJSON(stream.Again)), sopts)
+	if err != nil {
+		return rep, fmt.Errorf("error submitting the redeliveries: %w", err)
+	}
+	bar.finish()
+	rep.Submit = merge(first, again)
+	say("submitted %d events through the API: %d created, %d replayed, %d conflict, %d invalid, %d without an answer (%d retries)",
+		rep.Submit.Lines, rep.Submit.Created, rep.Submit.Replayed, rep.Submit.Conflict, rep.Submit.Invalid, rep.Submit.Errors, rep.Submit.Retries)
+
+	// Wait until every settlement is terminal.
+	if err := o.waitTerminal(ctx, pool, rep.Settlements); err != nil {
+		if !errors.Is(err, errTimeout) {
+			return rep, err
+		}
+		rep.Violations = append(rep.Violations, err.Error())
+	}
+
+	// The reports, against a calm bank (the storm is over; the report only reads).
+	if err := bank.bank.SetFaults(bankclient.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
+		return rep, fmt.Errorf("error calming the bank: %w", err)
+	}
+	if err := rep.read(ctx, pool, bank); err != nil {
+		return rep, err
+	}
+	rep.check(stream)
+	if err := rep.checkAmounts(ctx, pool, stream); err != nil {
+		return rep, err
+	}
+	rep.Duration = time.Since(start)
+	rep.print(o.Out)
+
+	if rep.OK() {
+		_ = os.Remove(worker.log)
+		_ = os.Remove(dir)
+	}
+	if o.Keep {
+		say("")
+		say("Still running (Ctrl-C to stop):")
+		say("  API        %s   (Authorization: Bearer %s)", worker.url, token)
+		say("  River UI   %s/riverui/   (user: anything, password: %s)", worker.url, token)
+		say("  metrics    curl -H 'Authorization: Bearer %s' %s/metrics", token, worker.url)
+		say("  bank       %s/admin/stats", bank.url)
+		say("  reconcile  DATABASE_URL='%s' settle reconcile", dbURL)
+		say("             DATABASE_URL='%s' settle reconcile bank --bank-url %s", dbURL, bank.url)
+		say("  submit     settle submit --url %s --api-token %s FILE", worker.url, token)
+		<-ctx.Done()
+	}
+	return rep, nil
+}
+
+var errTimeout = errors.New("not every settlement became terminal in time")
+
+// waitTerminal polls the state counts until every settlement is confirmed
+// or failed, drawing a progress bar.
+func (o Options) waitTerminal(ctx context.Context, pool *pgxpool.Pool, want int) error {
+	bar := o.bar(want, "settling")
+	defer bar.finish()
+	deadline := time.NewTimer(o.Timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	last := int64(-1)
+	for {
+		by, _, err := metrics.CountStates(ctx, pool)
+		if err != nil {
+			return err
+		}
+		terminal := by["confirmed"] + by["failed"]
+		if terminal != last {
+			bar.set(int(terminal))
+			last = terminal
+		}
+		if int(terminal) >= want && by["pending"]+by["sent"]+by["uncertain"] == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("%w: after %s, %d pending, %d sent, %d uncertain", errTimeout, o.Timeout, by["pending"], by["sent"], by["uncertain"])
+		case <-tick.C:
+		}
+	}
+}
+
+// read fills the report from the database and the bank.
+func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer) error {
+	var err error
+	if r.Summary, err = (&reconcile.Inspector{DB: pool}).Summary(ctx); err != nil {
+		return fmt.Errorf("error reading the reconcile summary: %w", err)
+	}
+	client, err := bankclient.New(bank.url, bankclient.Options{})
+	if err != nil {
+		return err
+	}
+	var br reconcile.BankReport
+	if r.Bank, err = (&reconcile.BankReporter{DB: pool, Bank: client}).Run(ctx, &br); err != nil {
+		return fmt.Errorf("error reconciling with the bank: %w", err)
+	}
+	r.BankStats = bank.bank.Stats()
+	r.Traffic = bank.traffic()
+	err = pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE s.state = 'confirmed'), count(*) FILTER (WHERE s.state = 'failed')
+		FROM settlements s WHERE EXISTS (SELECT 1 FROM settlement_transitions t WHERE t.settlement_id = s.settlement_id AND t.to_state = 'uncertain')`).
+		Scan(&r.Uncertain, &r.ResolvedConfirmed, &r.ResolvedFailed)
+	if err != nil {
+		return fmt.Errorf("error counting uncertain settlements: %w", err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM settlements WHERE send_attempts > 1`).Scan(&r.Resent); err != nil {
+		return fmt.Errorf("error counting resent settlements: %w", err)
+	}
+	return nil
+}
+
+// check compares what happened with what must hold.
+func (r *Report) check(st Stream) {
+	fail := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
+	s, sum := r.Submit, r.Summary
+	if s.Created != r.Settlements || s.Replayed != r.Redeliveries || s.Conflict != r.Conflicts || s.Invalid != 0 || s.Errors != 0 {
+		fail("submit counted %d created, %d replayed, %d conflict, %d invalid, %d errors; expected %d, %d, %d, 0, 0",
+			s.Created, s.Replayed, s.Conflict, s.Invalid, s.Errors, r.Settlements, r.Redeliveries, r.Conflicts)
+	}
+	confirmed, failed := sum.ByState["confirmed"], sum.ByState["failed"]
+	if int(confirmed+failed) != r.Settlements {
+		fail("%d of %d settlements are terminal", confirmed+failed, r.Settlements)
+	}
+	if sum.NeedsInvestigation != 0 {
+		fail("%d settlements need investigation", sum.NeedsInvestigation)
+	}
+	if sum.Movements != confirmed {
+		fail("%d ledger movements for %d confirmed settlements", sum.Movements, confirmed)
+	}
+	if sum.Conflicts != int64(r.Conflicts) {
+		fail("%d receipt conflicts recorded, %d sent", sum.Conflicts, r.Conflicts)
+	}
+	if sum.Replays != int64(r.Redeliveries) {
+		fail("%d replays recorded, %d redeliveries sent", sum.Replays, r.Redeliveries)
+	}
+	if r.BankStats.MaxPaymentsPerReference > 1 || r.BankStats.MaxExecutionsPerKey > 1 {
+		fail("the bank paid a settlement more than once (max_payments_per_reference %d, max_executions_per_key %d)",
+			r.BankStats.MaxPaymentsPerReference, r.BankStats.MaxExecutionsPerKey)
+	}
+	if n := r.Bank.Discrepancies(); n != 0 {
+		fail("the ledger and the bank disagree on %d settlements (run settle reconcile bank)", n)
+	}
+	if n := r.Bank.ByClass[reconcile.ClassUnresolved]; n != 0 {
+		fail("%d settlements unresolved at the bank reconciliation", n)
+	}
+	if m := r.Bank.ByClass[reconcile.ClassMatched]; m != confirmed {
+		fail("%d settlements matched at the bank, %d confirmed", m, confirmed)
+	}
+}
+
+// checkAmounts checks that a conflicting event changed nothing: each
+// settlement holds, and was paid, the amount of its first delivery.
+func (r *Report) checkAmounts(ctx context.Context, pool *pgxpool.Pool, st Stream) error {
+	rows, err := pool.Query(ctx, `SELECT s.settlement_id, s.amount_cents, m.amount_cents
+		FROM settlements s LEFT JOIN ledger_movements m USING (settlement_id)`)
+	if err != nil {
+		return fmt.Errorf("error reading amounts: %w", err)
+	}
+	defer rows.Close()
+	var wrong []string
+	for rows.Next() {
+		var id string
+		var amount int64
+		var moved *int64
+		if err := rows.Scan(&id, &amount, &moved); err != nil {
+			return fmt.Errorf("error reading amounts: %w", err)
+		}
+		if want := st.Amounts[id]; amount != want || (moved != nil && *moved != want) {
+			wrong = append(wrong, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("error reading amounts: %w", err)
+	}
+	if len(wrong) > 0 {
+		sort.Strings(wrong)
+		r.Violations = append(r.Violations, fmt.Sprintf("amounts differ from the first delivery for %s", strings.Join(wrong, ", ")))
+	}
+	return nil
+}
+
+// print writes the reports and the explanation.
+func (r Report) print(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	s := r.Summary
+	p("")
+	p("settle reconcile (summary)")
+	p("  by state      pending %d  sent %d  uncertain %d  confirmed %d  failed %d",
+		s.ByState["pending"], s.ByState["sent"], s.ByState["uncertain"], s.ByState["confirmed"], s.ByState["failed"])
+	p("  receipts %d  replays %d  conflicts %d  movements %d  needs investigation %d",
+		s.Receipts, s.Replays, s.Conflicts, s.Movements, s.NeedsInvestigation)
+	p("")
+	p("settle reconcile bank (ledger vs the bank's statement, %d payments)", r.Bank.BankPayments)
+	var parts []string
+	for _, c := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed}, reconcile.BreakClasses...) {
+		parts = append(parts, fmt.Sprintf("%s %d", c, r.Bank.ByClass[c]))
+	}
+	p("  %s", strings.Join(parts[:3], "  "))
+	p("  %s", strings.Join(parts[3:], "  "))
+	p("")
+	t := r.Traffic
+	p("What you just saw")
+	p("  - The bank received %d payment instructions. It executed %d of them and then lost the answer (connection",
+		t.Payments, t.Dropped)
+	p("    closed or 504), and refused %d more with a 5xx before processing; %d of its %d status answers were 5xx.",
+		t.RefusedBefore, t.StatusErrors, t.StatusCalls)
+	p("    After a lost answer settle cannot know whether money moved, so it only ever asks again under the same")
+	p("    idempotency key: the bank recognised %d instructions as replays of a payment it already had, and paid", t.Replayed)
+	p("    none of them twice.")
+	if r.Uncertain == 0 {
+		p("  - No settlement stayed uncertain this time: the quick retries under the same key all got a definitive")
+		p("    answer. (Try --faults hostile to see settlements become uncertain and be resolved.)")
+	} else {
+		p("  - %d settlements got no definitive answer even after retrying and became uncertain. Each was resolved",
+			r.Uncertain)
+		p("    by asking the bank's status API by key, never by guessing: %d confirmed, %d failed.",
+			r.ResolvedConfirmed, r.ResolvedFailed)
+	}
+	if r.Resent > 0 {
+		p("    %d settlements needed their instruction posted again by a later job, under the same key.", r.Resent)
+	}
+	p("  - %d redelivered events were answered from the stored receipt (200, nothing done again); %s reused a",
+		r.Submit.Replayed, plural(r.Submit.Conflict, "event", "events"))
+	p("    known settlement_id with another amount: refused with 409 and recorded for investigation, never applied")
+	p("    (settle reconcile conflicts lists them).")
+	p("  - %d settlements ended confirmed, %d failed (rejected by the bank or failed at settlement: nothing moved).",
+		s.ByState["confirmed"], s.ByState["failed"])
+	p("  - Every settlement was paid at most once: the bank holds at most %d payment per settlement",
+		r.BankStats.MaxPaymentsPerReference)
+	p("    (max_payments_per_reference), and the ledger has exactly one movement per confirmed settlement (%d = %d).",
+		s.Movements, s.ByState["confirmed"])
+	p("")
+	if r.OK() {
+		p("settle demo: OK, every invariant holds (%.1fs)", r.Duration.Seconds())
+		return
+	}
+	p("settle demo: FAILED, %d invariants do not hold:", len(r.Violations))
+	for _, v := range r.Violations {
+		p("  - %s", v)
+	}
+}
+
+// merge adds two submit summaries.
+func merge(a, b submit.Summary) submit.Summary {
+	a.Lines += b.Lines
+	a.Created += b.Created
+	a.Replayed += b.Replayed
+	a.Conflict += b.Conflict
+	a.Invalid += b.Invalid
+	a.Errors += b.Errors
+	a.Retries += b.Retries
+	a.DurationSeconds += b.DurationSeconds
+	a.Problems = append(a.Problems, b.Problems...)
+	return a
+}
+
+func randomToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "demo-" + hex.EncodeToString(b)
+}
+
+// bar is a progress bar on a terminal, or nothing.
+type bar struct{ pb *progressbar.ProgressBar }
+
+func (o Options) bar(total int, what string) bar {
+	if !o.Progress {
+		return bar{}
+	}
+	return bar{progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(o.Err),
+		progressbar.OptionSetDescription(fmt.Sprintf("%-10s", what)),
+		progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(80*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)}
+}
+
+func (b bar) add(n int) {
+	if b.pb != nil {
+		_ = b.pb.Add(n)
+	}
+}
+
+func (b bar) set(n int) {
+	if b.pb != nil {
+		_ = b.pb.Set(n)
+	}
+}
+
+func (b bar) finish() {
+	if b.pb != nil {
+		_ = b.pb.Finish()
+	}
+}
+
+// plural returns "1 event" or "n events".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -1,0 +1,109 @@
+package demo
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// event is one payout event as a producer would send it.
+type event struct {
+	SettlementID string    `json:"settlement_id"`
+	AccountID    string    `json:"account_id"`
+	AmountCents  int64     `json:"amount_cents"`
+	Currency     string    `json:"currency"`
+	Beneficiary  string    `json:"beneficiary"`
+	OccurredAt   time.Time `json:"occurred_at"`
+	EventID      string    `json:"event_id"`
+}
+
+// Stream is the demo's generated traffic: first deliveries, then
+// redeliveries of some of them (same business fields, another event id and
+// another key order) and a few conflicts (a known settlement_id with another
+// amount).
+type Stream struct {
+	// First holds one event per settlement, as NDJSON lines.
+	First [][]byte
+	// Again holds the redeliveries and conflicts, shuffled, as NDJSON lines.
+	Again [][]byte
+	// Redeliveries and Conflicts count the events of Again by kind.
+	Redeliveries, Conflicts int
+	// Amounts is each settlement's amount in its first delivery, the one
+	// that must be paid whatever comes later.
+	Amounts map[string]int64
+	// ConflictIDs are the settlement ids that received a conflicting event.
+	ConflictIDs []string
+}
+
+var (
+	beneficiaries = []string{"Ada Lovelace", "Grace Hopper", "Alan Turing", "Edsger Dijkstra", "Barbara Liskov",
+		"Donald Knuth", "Frances Allen", "John Backus", "Leslie Lamport", "Margaret Hamilton"}
+	currencies = []string{"EUR", "EUR", "EUR", "USD", "GBP"}
+)
+
+// Generate returns n events: about 80% first deliveries, about 20%
+// redeliveries, and max(1, n/100) conflicts, drawn from seed.
+func Generate(n int, seed int64, now time.Time) Stream {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5e771e))
+	conflicts := max(1, n/100)
+	unique := max(1, n*4/5)
+	if unique+conflicts > n {
+		unique = max(1, n-conflicts)
+	}
+	redeliveries := max(0, n-unique-conflicts)
+	st := Stream{Amounts: make(map[string]int64, unique), Redeliveries: redeliveries, Conflicts: conflicts}
+	evs := make([]event, unique)
+	for i := range evs {
+		evs[i] = event{
+			SettlementID: fmt.Sprintf("demo-%04d", i+1),
+			AccountID:    fmt.Sprintf("acc-%d", 1+rng.IntN(5)),
+			AmountCents:  100 + rng.Int64N(250_000),
+			Currency:     currencies[rng.IntN(len(currencies))],
+			Beneficiary:  beneficiaries[rng.IntN(len(beneficiaries))],
+			OccurredAt:   now.Add(-time.Duration(rng.IntN(3600)) * time.Second).UTC().Truncate(time.Second),
+			EventID:      fmt.Sprintf("evt-%04d-1", i+1),
+		}
+		st.Amounts[evs[i].SettlementID] = evs[i].AmountCents
+		st.First = append(st.First, mustLine(evs[i], false))
+	}
+	for i := range redeliveries {
+		e := evs[rng.IntN(unique)]
+		e.EventID = fmt.Sprintf("evt-redelivery-%d", i+1)
+		st.Again = append(st.Again, mustLine(e, true))
+	}
+	for _, k := range rng.Perm(unique)[:min(conflicts, unique)] {
+		e := evs[k]
+		e.AmountCents += 100 + rng.Int64N(10_000)
+		e.EventID = fmt.Sprintf("evt-%s-tampered", e.SettlementID)
+		st.ConflictIDs = append(st.ConflictIDs, e.SettlementID)
+		st.Again = append(st.Again, mustLine(e, false))
+	}
+	st.Conflicts = len(st.ConflictIDs)
+	rng.Shuffle(len(st.Again), func(i, j int) { st.Again[i], st.Again[j] = st.Again[j], st.Again[i] })
+	return st
+}
+
+// Total is the number of events in the stream.
+func (s Stream) Total() int { return len(s.First) + len(s.Again) }
+
+// NDJSON joins lines into an NDJSON body.
+func NDJSON(lines [][]byte) []byte {
+	return append(bytes.Join(lines, []byte("\n")), '\n')
+}
+
+// mustLine encodes e; reordered writes the keys in another order with
+// extra spaces, as another producer would, which must not change the
+// payload hash.
+func mustLine(e event, reordered bool) []byte {
+	if !reordered {
+		b, err := json.Marshal(e)
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
+	return fmt.Appendf(nil, `{ "event_id": %q, "beneficiary": %q, "currency": %q, "amount_cents": %d, "account_id": %q, "settlement_id": %q, "occurred_at": %q }`,
+		e.EventID, e.Beneficiary, e.Currency, e.AmountCents, e.AccountID, e.SettlementID, e.OccurredAt.Format(time.RFC3339))
+}
