@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -54,9 +53,7 @@ Admin API:
                         "max_executions_per_key","max_payments_per_reference"};
                        max_payments_per_reference above 1 means a double payment.
 
-  curl -X PUT localhost:8081/admin/faults -d '{"drop_response_rate":0.2,"settle_delay_ms":500}'
-
-Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_SEED).`
+  curl -X PUT localhost:8081/admin/faults -d '{"drop_response_rate":0.2,"settle_delay_ms":500}'`
 
 // cmdFakebank runs the bank simulator until ctx is cancelled.
 func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
@@ -112,8 +109,8 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 }
 
 // initialFaults builds the starting fault profile: --faults, then
-// --settle-delay and --key-ttl when given on the command line or in the
-// environment, or when --faults does not set them.
+// --settle-delay and --key-ttl when given on the command line, or when
+// --faults does not set them.
 func initialFaults(fs *flag.FlagSet, faultsJSON string, settleDelay, keyTTL time.Duration) (bankclient.Faults, error) {
 	var f bankclient.Faults
 	fields := map[string]json.RawMessage{}
@@ -130,8 +127,7 @@ func initialFaults(fs *flag.FlagSet, faultsJSON string, settleDelay, keyTTL time
 	given := func(name string) bool {
 		set := false
 		fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
-		_, env := os.LookupEnv("SETTLE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
-		return set || env
+		return set
 	}
 	if _, inJSON := fields["settle_delay_ms"]; given("settle-delay") || !inJSON {
 		f.SettleDelayMS = settleDelay.Milliseconds()

@@ -98,10 +98,17 @@ func newFlagSet(name, usageLine, description string, s Stdio) *flag.FlagSet {
 	return fs
 }
 
+// sharedEnvFlags are the flags that mean the same thing in every command,
+// so they fall back to SETTLE_<FLAG> everywhere. Every other flag reads the
+// environment only in `settle worker` (the contract): SETTLE_LISTEN or
+// SETTLE_STATE meant for one command must not change another.
+var sharedEnvFlags = map[string]bool{"api-token": true, "bank-url": true, "log-format": true}
+
 // parseFlags parses args and then, for every flag not given on the command
-// line, takes its value from the environment variable SETTLE_<FLAG> (dashes
-// become underscores) when set. It returns done=true with the exit code when
-// the command must stop (help was asked for, or the flags were bad).
+// line that reads the environment (every worker flag, and sharedEnvFlags
+// elsewhere), takes its value from SETTLE_<FLAG> (dashes become
+// underscores) when set. It returns done=true with the exit code when the
+// command must stop (help was asked for, or the flags were bad).
 func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -113,7 +120,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || envErr != nil {
+		if set[f.Name] || envErr != nil || !(fs.Name() == "settle worker" || sharedEnvFlags[f.Name]) {
 			return
 		}
 		name := "SETTLE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))

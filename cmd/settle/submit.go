@@ -35,7 +35,7 @@ Exit status: 0 every line was created or replayed; 1 some lines were invalid,
 conflicted or got no definitive answer; 2 it could not run (bad flags,
 unreadable input, token refused, API unreachable).
 
-Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_API_TOKEN).`
+--api-token can also be set through SETTLE_API_TOKEN.`
 
 // cmdSubmit runs `settle submit`.
 func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
