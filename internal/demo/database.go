@@ -31,7 +31,7 @@ func demoDB(ctx context.Context, logf func(string, ...any)) (dbURL, where string
 			adminURL = withDB(u, "postgres")
 		}
 		dbURL = withDB(u, DBName)
-		where = fmt.Sprintf("database %s on the server of DATABASE_URL (%s:%d)", DBName, cfg.Host, cfg.Port)
+		where = fmt.Sprintf("%s on the server of DATABASE_URL (%s:%d)", DBName, cfg.Host, cfg.Port)
 	} else {
 		home, err := pgembed.DefaultHome()
 		if err != nil {
@@ -42,7 +42,7 @@ func demoDB(ctx context.Context, logf func(string, ...any)) (dbURL, where string
 			return "", "", err
 		}
 		adminURL, dbURL = c.URL("postgres"), c.URL(DBName)
-		where = fmt.Sprintf("database %s in the embedded cluster under %s", DBName, home)
+		where = fmt.Sprintf("%s in the embedded cluster under %s", DBName, home)
 	}
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {

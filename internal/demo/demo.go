@@ -87,7 +87,7 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 // Run runs the demo. The error is not nil when the demo could not run;
 // a run that completed but found a broken invariant returns a Report whose
 // OK is false.
-func Run(ctx context.Context, o Options) (Report, error) {
+func Run(ctx context.Context, o Options) (rep Report, err error) {
 	start := time.Now()
 	if o.Events <= 0 {
 		o.Events = 200
@@ -147,11 +147,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	defer func() {
 		if err := worker.stop(); err != nil {
 			note("worker: %v (log: %s)", err, worker.log)
+		} else if err == nil && rep.OK() && !o.Keep {
+			// A clean run leaves nothing behind; a failed one keeps the log.
+			_ = os.RemoveAll(dir)
 		}
 	}()
 
 	stream := Generate(o.Events, o.Seed, time.Now())
-	rep := Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts}
+	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts}
 	say("settle demo: %d payout events for %d settlements (%d redeliveries, %d conflicting), bank profile %q",
 		rep.Events, rep.Settlements, rep.Redeliveries, rep.Conflicts, o.Faults)
 	say("  database  %s", where)
@@ -197,10 +200,6 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Duration = time.Since(start)
 	rep.print(o.Out)
 
-	if rep.OK() {
-		_ = os.Remove(worker.log)
-		_ = os.Remove(dir)
-	}
 	if o.Keep {
 		say("")
 		say("Still running (Ctrl-C to stop):")
