@@ -98,13 +98,14 @@ func (w *workerProc) stop() error {
 }
 
 // childEnv is this process's environment for the worker, pointed at the
-// demo database, with the demo's token, and without crash points.
+// demo database, with the demo's token and none of the user's SETTLE_*
+// settings (worker flags, crash points, bank credentials), so the demo
+// always runs the same way.
 func childEnv(dbURL, token string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "DATABASE_URL", "SETTLE_API_TOKEN", "SETTLE_CRASH_AT", "SETTLE_CRASH_AFTER":
+		if k == "DATABASE_URL" || (strings.HasPrefix(k, "SETTLE_") && k != "SETTLE_PG_BINDIR" && k != "SETTLE_HOME") {
 			continue
 		}
 		env = append(env, kv)
