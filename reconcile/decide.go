@@ -3,8 +3,9 @@
 // TTL, the clock and the bank's answer: which transition, whether to write
 // the ledger movement, whether to resend, whether to flag it for a human,
 // when to look again) and the [Resolver] that carries them out against the
-// database and the bank. The operator's ledger-vs-bank report lives here too
-// (report*.go).
+// database and the bank; and the operator's read side: the [Inspector]
+// (report.go, inspect.go: summary, list, show, conflicts in read-only
+// snapshots) and the streaming ledger-vs-bank [BankReporter] (bankreport.go).
 //
 // It must never change settlements.state except through statemachine, never
 // write a ledger movement outside the transaction that moves the settlement

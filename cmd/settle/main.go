@@ -120,7 +120,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || envErr != nil || !(fs.Name() == "settle worker" || sharedEnvFlags[f.Name]) {
+		readsEnv := fs.Name() == "settle worker" || sharedEnvFlags[f.Name]
+		if set[f.Name] || envErr != nil || !readsEnv {
 			return
 		}
 		name := "SETTLE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
