@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,6 +76,10 @@ type workerOptions struct {
 	checkInterval     time.Duration
 	maxCheckInterval  time.Duration
 	fetchPoll         time.Duration
+
+	// cpuProfile, when set, is where a CPU profile of the whole run is
+	// written (for settle bench).
+	cpuProfile string
 }
 
 // workerDeps is what the worker's parts share. The River workers (jobs)
@@ -111,6 +116,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&o.checkInterval, "check-interval", reconcile.DefaultCheckInterval, "delay before the first status check; doubles with every check")
 	fs.DurationVar(&o.maxCheckInterval, "max-check-interval", reconcile.DefaultMaxCheckInterval, "longest delay between status checks")
 	fs.DurationVar(&o.fetchPoll, "fetch-poll-interval", jobs.DefaultFetchPollInterval, "how often an idle worker polls for jobs (it is also woken on insert)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -131,6 +137,14 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle worker: %v\n", err)
 		return exitError
+	}
+	if o.cpuProfile != "" {
+		stop, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(s.Err, "settle worker: %v\n", err)
+			return exitError
+		}
+		defer stop()
 	}
 
 	pool, _ := openDB(ctx, s, database.PoolOptions{MaxConns: int32(o.dbMaxConns), ApplicationName: "settle-worker"})
@@ -331,4 +345,21 @@ func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
 		MaxHeaderBytes:    32 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+}
+
+// startCPUProfile writes a CPU profile to path until the returned function
+// is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("error creating the CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("error starting the CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
