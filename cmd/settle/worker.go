@@ -67,6 +67,7 @@ type workerOptions struct {
 
 	// River and the bank.
 	bankTimeout       time.Duration
+	bankAttempts      int
 	bankConcurrency   int
 	jobTimeout        time.Duration
 	rescueAfter       time.Duration
@@ -107,6 +108,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.IntVar(&o.dbMaxConns, "db-max-conns", 20, "connections in the database pool (intake and River share it)")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown waits for requests and jobs in flight (jobs still running after two thirds of it are cancelled and retried later)")
 	fs.DurationVar(&o.bankTimeout, "bank-timeout", bankclient.DefaultTimeout, "timeout of one HTTP attempt to the bank")
+	fs.IntVar(&o.bankAttempts, "bank-attempts", bankclient.DefaultRetryPolicy.MaxAttempts, "requests one bank call may send (the first included) before its answer counts as ambiguous; always the same key and body")
 	fs.IntVar(&o.bankConcurrency, "bank-concurrency", jobs.DefaultBankConcurrency, "bank jobs (send, reconcile) this process runs at once")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", jobs.DefaultJobTimeout, "longest run of one job")
 	fs.DurationVar(&o.rescueAfter, "rescue-after", 0, "when River retries a job left running by a dead process (default: job timeout + 10s)")
@@ -239,6 +241,8 @@ func (o workerOptions) validate() error {
 		return errors.New("--max-inflight must be positive")
 	case o.dbMaxConns <= 0:
 		return errors.New("--db-max-conns must be positive")
+	case o.bankAttempts < 1:
+		return errors.New("--bank-attempts must be at least 1")
 	case o.bankTimeout <= 0 || o.jobTimeout <= 0 || o.sweepInterval <= 0 || o.retentionInterval <= 0 ||
 		o.checkInterval <= 0 || o.maxCheckInterval <= 0 || o.fetchPoll <= 0 || o.shutdownTimeout <= 0:
 		return errors.New("--bank-timeout, --job-timeout, --sweep-interval, --retention-interval, --check-interval, --max-check-interval, --fetch-poll-interval and --shutdown-timeout must be positive")
@@ -257,6 +261,8 @@ func newRiverConfig(d workerDeps) (*river.Config, error) {
 	o := d.opts
 	bopts := bankclient.OptionsFromEnv(os.Getenv)
 	bopts.Timeout = o.bankTimeout
+	bopts.Retry = bankclient.DefaultRetryPolicy
+	bopts.Retry.MaxAttempts = o.bankAttempts
 	bopts.Logger = d.logger.With("component", "bankclient")
 	bopts.Observe = d.metrics.ObserveBank
 	bank, err := bankclient.New(o.bankURL, bopts)

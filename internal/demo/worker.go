@@ -32,6 +32,10 @@ var workerFlags = []string{
 	"--fetch-poll-interval", "100ms",
 	"--pending-grace", "5s",
 	"--bank-timeout", "3s",
+	// One request per bank call: a lost answer is not retried in the call
+	// but becomes uncertain and is resolved by a status check, so the demo
+	// shows the path that matters when money is in doubt.
+	"--bank-attempts", "1",
 }
 
 // startWorker runs exe worker against dbURL and bankURL with the API token
