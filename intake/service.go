@@ -323,6 +323,23 @@ FROM input i JOIN r USING (settlement_id)
 ORDER BY i.settlement_id
 RETURNING ` + settlementColumns
 
+// insertOneSQL is insertSQL for a single event, with plain parameters: a
+// one-row statement PostgreSQL plans cheaply (the unnest form is planned
+// afresh on every execution, as its array lengths change the estimates).
+const insertOneSQL = `
+WITH r AS (
+	INSERT INTO settlement_receipts (settlement_id, payload_hash, received_at, first_event_id, occurred_at)
+	SELECT $1, $2, $10, NULLIF($3, ''), $4
+	WHERE NOT EXISTS (SELECT 1 FROM settlements s WHERE s.settlement_id = $1)
+	ON CONFLICT (settlement_id) DO NOTHING
+	RETURNING settlement_id
+)
+INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
+	bank_key, payload_hash, next_check_at, created_at, updated_at)
+SELECT r.settlement_id, $5, $6, $7, $8, 'pending', $9, $2, $11, $10, $10
+FROM r
+RETURNING ` + settlementColumns
+
 // replaySQL bumps the replay bookkeeping of receipts redelivered with their
 // own hash and reads the stored settlements of the leads that were not new.
 const replaySQL = `
@@ -336,6 +353,17 @@ WITH input AS (
 )
 SELECT s.*, rc.received_at
 FROM (SELECT ` + settlementColumns + ` FROM settlements WHERE settlement_id = ANY($5::text[])) s
+LEFT JOIN settlement_receipts rc USING (settlement_id)`
+
+// replayOneSQL is replaySQL for a single event, with plain parameters.
+const replayOneSQL = `
+WITH bump AS (
+	UPDATE settlement_receipts r SET replay_count = r.replay_count + $3, last_replay_at = $4
+	WHERE r.settlement_id = $1 AND r.payload_hash = $2
+	RETURNING r.settlement_id
+)
+SELECT s.*, rc.received_at
+FROM (SELECT ` + settlementColumns + ` FROM settlements WHERE settlement_id = $1) s
 LEFT JOIN settlement_receipts rc USING (settlement_id)`
 
 // commit runs the one intake transaction for the leads.
@@ -358,14 +386,22 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		bankKeys[i] = bankclient.KeyFor(l.ev.SettlementID)
 	}
 
+	// A single event, the common case of the HTTP API, takes statements
+	// with plain parameters; a batch takes the unnest forms.
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("error beginning transaction: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 
-	rows, err := tx.Query(ctx, insertSQL, ids, hashes, eventIDs, occurred, accounts, beneficiaries, amounts, currencies, bankKeys,
-		now, now.Add(s.grace))
+	var rows pgx.Rows
+	if n == 1 {
+		rows, err = tx.Query(ctx, insertOneSQL, ids[0], hashes[0], eventIDs[0], occurred[0], accounts[0], beneficiaries[0],
+			amounts[0], currencies[0], bankKeys[0], now, now.Add(s.grace))
+	} else {
+		rows, err = tx.Query(ctx, insertSQL, ids, hashes, eventIDs, occurred, accounts, beneficiaries, amounts, currencies, bankKeys,
+			now, now.Add(s.grace))
+	}
 	if err != nil {
 		return res, fmt.Errorf("error inserting receipts: %w", err)
 	}
@@ -408,7 +444,11 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		}
 	}
 	readOld := len(oldIDs) > 0 || len(bumpIDs) > 0
-	if readOld {
+	switch {
+	case !readOld:
+	case n == 1 && len(oldIDs) == 1 && len(bumpIDs) == 1:
+		b.Queue(replayOneSQL, bumpIDs[0], bumpHashes[0], bumpN[0], now)
+	default:
 		b.Queue(replaySQL, bumpIDs, bumpHashes, bumpN, now, oldIDs)
 	}
 	if b.Len() > 0 {
