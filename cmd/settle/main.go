@@ -40,6 +40,7 @@ func commands() []command {
 		{"submit", "post NDJSON events to the API, with retries, progress and counts", cmdSubmit},
 		{"demo", "the whole system in one command: faulty bank, worker, events, report", cmdDemo},
 		{"reconcile", "what is stuck, one settlement's story, conflicts, resolve, ledger vs bank", cmdReconcile},
+		{"bench", "throughput, replay latency and memory, each against a baseline from the same run", cmdBench},
 	}
 }
 

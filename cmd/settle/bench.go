@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/bench"
+	"github.com/settle/settle/internal/database"
+)
+
+const benchDescription = `
+Measures what a settlement costs on this machine and database, and measures
+every figure's baseline in the same run on the same database: the claim is
+the ratio. It works in a database of its own, settle_bench (dropped and
+created afresh on every run, next to the one DATABASE_URL or the embedded
+default points at); it never touches settle's data. It starts a fakebank in
+this process (zero latency, no faults) and a "settle worker" subprocess, and
+stops both before it exits.
+
+Figures and their baselines:
+  insert_baseline_per_s  a bare one-row INSERT … COMMIT loop at --concurrency:
+                         the commit rate of this database on this machine
+  intake_single_per_s    events/s through POST /v1/settlements at --concurrency
+                         (the intake API in-process, River only inserting);
+                         target >= 0.8 x insert_baseline_per_s
+  intake_batch_per_s     events/s through POST /v1/settlements/batch, --batch
+                         events per request; target >= 5 x insert_baseline_per_s
+  river_noop_jobs_per_s  River working no-op jobs with the worker's client
+                         settings and pool size, first insert to last completion
+  e2e_per_s              settlements/s from submission (batches to the worker's
+                         API) to confirmed with a ledger movement
+  jobs_per_settlement    River jobs worked per settlement in the e2e run;
+                         target e2e_per_s >= 0.5 x river_noop_jobs_per_s /
+                         jobs_per_settlement
+  replay_p50/p99_us_1e4  latency of one redelivery (200, Idempotent-Replayed)
+  replay_p50/p99_us_1e6  with 10^4 and 10^6 receipts in the table (filled with
+                         generate_series); target p99 at 1e6 <= 1.3 x at 1e4
+  worker_peak_rss_mb     the worker's peak resident set (VmHWM) after the e2e
+                         run; target <= 150
+
+--quick runs every figure in under three minutes on a small machine.`
+
+func cmdBench(ctx context.Context, args []string, s Stdio) int {
+	fs := newFlagSet("bench", "[--quick] [--json] [--duration D] [--concurrency N]", benchDescription, s)
+	quick := fs.Bool("quick", false, "short loops and fewer settlements (every figure, under three minutes)")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
+	duration := fs.Duration("duration", 0, "how long each throughput loop runs (default 20s, 5s with --quick)")
+	concurrency := fs.Int("concurrency", 0, "clients of each throughput loop (default 16)")
+	batch := fs.Int("batch", 0, "events per batch request, at most 1000 (default 100)")
+	cpuProfile := fs.String("worker-cpuprofile", "", "write a CPU profile of the worker under the e2e load to this file")
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(s.Err, "settle bench: unexpected arguments %q\n", fs.Args())
+		return exitError
+	}
+	cfg := bench.Full()
+	if *quick {
+		cfg = bench.Quick()
+	}
+	if *duration > 0 {
+		cfg.Duration = *duration
+	}
+	if *concurrency > 0 {
+		cfg.Concurrency = *concurrency
+	}
+	if *batch > 0 {
+		cfg.BatchSize = *batch
+	}
+	if cfg.BatchSize > intake.MaxBatch || *duration < 0 || *concurrency < 0 || *batch < 0 {
+		fmt.Fprintf(s.Err, "settle bench: --batch is at most %d; --duration, --concurrency and --batch must not be negative\n", intake.MaxBatch)
+		return exitError
+	}
+	cfg.WorkerCPUProfile = *cpuProfile
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle bench: error finding the settle binary: %v\n", err)
+		return exitError
+	}
+	cfg.WorkerCommand = []string{self, "worker"}
+	cfg.DatabaseLabel = "embedded default"
+	if os.Getenv("DATABASE_URL") != "" {
+		cfg.DatabaseLabel = "DATABASE_URL"
+	}
+	start := time.Now()
+	cfg.Logf = func(format string, args ...any) {
+		fmt.Fprintf(s.Err, "settle bench: [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	cfg.URL, err = database.Resolve(ctx, func(format string, args ...any) {
+		fmt.Fprintf(s.Err, "settle: "+format+"\n", args...)
+	})
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle bench: %v\n", err)
+		return exitError
+	}
+
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle bench: %v\n", err)
+		return exitError
+	}
+	cfg.Logf("done")
+	if *asJSON {
+		enc := json.NewEncoder(s.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(s.Err, "settle bench: %v\n", err)
+			return exitError
+		}
+		return exitOK
+	}
+	if err := res.WriteTable(s.Out); err != nil {
+		fmt.Fprintf(s.Err, "settle bench: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}

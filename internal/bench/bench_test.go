@@ -1,0 +1,108 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/internal/bench"
+	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	code := testdb.Main(m)
+	testbin.Cleanup()
+	os.Exit(code)
+}
+
+// requiredFields are the figures issue 8 asks of every run.
+var requiredFields = []string{
+	"intake_single_per_s", "intake_batch_per_s", "insert_baseline_per_s", "e2e_per_s",
+	"river_noop_jobs_per_s", "jobs_per_settlement", "replay_p50_us_1e4", "replay_p99_us_1e4",
+	"replay_p50_us_1e6", "replay_p99_us_1e6", "worker_peak_rss_mb",
+}
+
+// TestRunTiny runs every phase of the benchmark in a tiny configuration and
+// checks that every figure is present and positive. It asserts nothing
+// about speed.
+func TestRunTiny(t *testing.T) {
+	t.Parallel()
+	admin := testdb.AdminURL(t)
+	name := fmt.Sprintf("settle_bench_test_%d", os.Getpid())
+	t.Cleanup(func() {
+		if err := bench.DropDatabase(context.Background(), admin, name); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := bench.Run(ctx, bench.Config{
+		URL:            admin,
+		DBName:         name,
+		DatabaseLabel:  "test",
+		WorkerCommand:  []string{testbin.Build(t), "worker"},
+		Duration:       200 * time.Millisecond,
+		Concurrency:    2,
+		BatchSize:      10,
+		E2ESettlements: 25,
+		NoopJobs:       50,
+		ReplaySamples:  20,
+		ReplayRows:     [2]int{100, 1000},
+		Logf:           t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range requiredFields {
+		v, ok := got[f].(float64)
+		if !ok || v <= 0 {
+			t.Errorf("%s = %v, want a positive number", f, got[f])
+		}
+	}
+	if len(res.Targets) != 5 {
+		t.Errorf("got %d targets, want 5: %+v", len(res.Targets), res.Targets)
+	}
+	if res.JobsPerSettlement < 1 {
+		t.Errorf("jobs_per_settlement = %v, want at least one job per settlement", res.JobsPerSettlement)
+	}
+
+	var table bytes.Buffer
+	if err := res.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss") {
+		if !strings.Contains(table.String(), f) {
+			t.Errorf("table lacks %s:\n%s", f, table.String())
+		}
+	}
+}
+
+// TestRunRefusesItsOwnURL checks that the benchmark never drops the
+// database it was pointed at.
+func TestRunRefusesItsOwnURL(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	_, err := bench.Run(context.Background(), bench.Config{URL: db.URL, DBName: db.Name, WorkerCommand: []string{"settle", "worker"}})
+	if err == nil || !strings.Contains(err.Error(), "points at") {
+		t.Fatalf("Run on its own database: err = %v, want a refusal", err)
+	}
+	var one int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("the database was touched: %v", err)
+	}
+}

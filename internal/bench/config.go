@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"errors"
+	"time"
+)
+
+// DefaultDBName is the database the benchmark creates (and drops) next to
+// the one it is pointed at.
+const DefaultDBName = "settle_bench"
+
+// Config says where and how long to measure. Zero fields take the defaults
+// of Full.
+type Config struct {
+	// URL connects to a database on the server under test; the benchmark
+	// only uses it to drop and create DBName.
+	URL string
+	// DatabaseLabel names the server in the report ("embedded default",
+	// "DATABASE_URL").
+	DatabaseLabel string
+	// DBName is the benchmark's own database (default DefaultDBName).
+	DBName string
+	// WorkerCommand starts a settle worker: the settle binary and "worker".
+	// The benchmark adds --listen, --bank-url and its tuning flags, and
+	// sets DATABASE_URL.
+	WorkerCommand []string
+	// WorkerCPUProfile, when set, is passed to the worker as --cpuprofile.
+	WorkerCPUProfile string
+
+	// Duration is how long each throughput loop runs.
+	Duration time.Duration
+	// Concurrency is how many clients the throughput loops run at once.
+	Concurrency int
+	// BatchSize is the number of events per batch request.
+	BatchSize int
+	// E2ESettlements is how many settlements the end-to-end run pays.
+	E2ESettlements int
+	// NoopJobs is how many no-op jobs River works for its baseline.
+	NoopJobs int
+	// ReplaySamples is how many redeliveries are timed at each table size.
+	ReplaySamples int
+	// ReplayRows are the two receipt counts the replay latency is measured
+	// at (default 10^4 and 10^6; the JSON names keep 1e4 and 1e6).
+	ReplayRows [2]int
+
+	// Logf receives one line per phase (default: discard).
+	Logf func(format string, args ...any)
+}
+
+// Full returns the configuration of a full run.
+func Full() Config {
+	return Config{
+		Duration:       20 * time.Second,
+		Concurrency:    16,
+		BatchSize:      100,
+		E2ESettlements: 10000,
+		NoopJobs:       50000,
+		ReplaySamples:  5000,
+		ReplayRows:     [2]int{10_000, 1_000_000},
+	}
+}
+
+// Quick returns the configuration of --quick: every figure, in well under
+// three minutes on a small machine.
+func Quick() Config {
+	c := Full()
+	c.Duration = 5 * time.Second
+	c.E2ESettlements = 2000
+	c.NoopJobs = 10000
+	c.ReplaySamples = 1000
+	return c
+}
+
+// withDefaults fills c's zero fields from Full.
+func (c Config) withDefaults() Config {
+	d := Full()
+	if c.DBName == "" {
+		c.DBName = DefaultDBName
+	}
+	if c.Duration <= 0 {
+		c.Duration = d.Duration
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = d.Concurrency
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = d.BatchSize
+	}
+	if c.E2ESettlements <= 0 {
+		c.E2ESettlements = d.E2ESettlements
+	}
+	if c.NoopJobs <= 0 {
+		c.NoopJobs = d.NoopJobs
+	}
+	if c.ReplaySamples <= 0 {
+		c.ReplaySamples = d.ReplaySamples
+	}
+	if c.ReplayRows[0] <= 0 || c.ReplayRows[1] <= 0 {
+		c.ReplayRows = d.ReplayRows
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.URL == "":
+		return errors.New("error configuring the benchmark: URL is required")
+	case len(c.WorkerCommand) == 0:
+		return errors.New("error configuring the benchmark: WorkerCommand is required")
+	case c.BatchSize > 1000:
+		return errors.New("error configuring the benchmark: BatchSize is at most 1000")
+	case c.ReplayRows[0] >= c.ReplayRows[1]:
+		return errors.New("error configuring the benchmark: ReplayRows must grow")
+	case c.ReplaySamples > c.ReplayRows[0]:
+		return errors.New("error configuring the benchmark: ReplaySamples must not exceed ReplayRows[0]")
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/jobs"
+)
+
+// api is the intake HTTP API served in-process through the same
+// constructors as `settle worker` (intake.NewService, intake.NewHandler,
+// jobs.Inserter on an insert-only River client), so that intake is measured
+// without River working the jobs it inserts.
+type api struct {
+	svc    *intake.Service
+	srv    *http.Server
+	base   string
+	client *http.Client
+}
+
+func startAPI(pool *pgxpool.Pool, concurrency int) (*api, error) {
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("error creating the River client: %w", err)
+	}
+	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc}})
+	if err != nil {
+		return nil, err
+	}
+	logger := slog.New(slog.DiscardHandler)
+	h := intake.NewHandler(intake.HandlerConfig{Service: svc, Logger: logger, MaxInflight: max(intake.DefaultMaxInflight, concurrency)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("error listening: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	return &api{svc: svc, srv: srv, base: "http://" + ln.Addr().String(), client: newHTTPClient(concurrency)}, nil
+}
+
+func (a *api) close() {
+	a.client.CloseIdleConnections()
+	_ = a.srv.Close()
+}
+
+func newHTTPClient(concurrency int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = concurrency * 2
+	t.MaxIdleConnsPerHost = concurrency * 2
+	return &http.Client{Transport: t, Timeout: time.Minute}
+}
+
+// event is the JSON of one settlement event.
+type event struct {
+	SettlementID string `json:"settlement_id"`
+	AccountID    string `json:"account_id"`
+	AmountCents  int64  `json:"amount_cents"`
+	Currency     string `json:"currency"`
+	Beneficiary  string `json:"beneficiary"`
+	EventID      string `json:"event_id,omitempty"`
+}
+
+func newEvent(id string, n int) event {
+	return event{SettlementID: id, AccountID: "acc-" + strconv.Itoa(n%997), AmountCents: int64(100 + n%100000),
+		Currency: "EUR", Beneficiary: "DE89 3704 0044 0532 0130 00", EventID: "msg-" + id}
+}
+
+// post sends body to base+path and checks the status.
+func post(ctx context.Context, c *http.Client, url string, body []byte, want int, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("error building request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("error posting to %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("error posting to %s: status %d, want %d: %s", url, resp.StatusCode, want, b)
+	}
+	if into != nil {
+		if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+			return fmt.Errorf("error decoding the answer of %s: %w", url, err)
+		}
+		return nil
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
+// batchCounts is the part of a batch answer the benchmark checks.
+type batchCounts struct {
+	Counts map[string]int `json:"counts"`
+}
+
+// postBatch posts evs as one batch and checks that every event was created.
+func postBatch(ctx context.Context, c *http.Client, base string, evs []event) error {
+	body, err := json.Marshal(evs)
+	if err != nil {
+		return fmt.Errorf("error encoding batch: %w", err)
+	}
+	var bc batchCounts
+	if err := post(ctx, c, base+"/v1/settlements/batch", body, http.StatusOK, &bc); err != nil {
+		return err
+	}
+	if bc.Counts["created"] != len(evs) {
+		return fmt.Errorf("error in batch: %v, want %d created", bc.Counts, len(evs))
+	}
+	return nil
+}
+
+// measureIntake measures the bare INSERT … COMMIT baseline, then single
+// and batch intake through the API, each for cfg.Duration at
+// cfg.Concurrency.
+func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Result) error {
+	if _, err := pool.Exec(ctx, "CREATE TABLE bench_bare (id text PRIMARY KEY, v bigint NOT NULL)"); err != nil {
+		return fmt.Errorf("error creating the baseline table: %w", err)
+	}
+	n, el, err := loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO bench_bare (id, v) VALUES ($1, $2)", fmt.Sprintf("bare-%d-%d", w, i), i)
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("error in the INSERT … COMMIT baseline: %w", err)
+		}
+		return 1, nil
+	})
+	if err != nil {
+		return err
+	}
+	r.InsertBaselinePerS = float64(n) / el.Seconds()
+	cfg.Logf("insert_baseline_per_s %.1f", r.InsertBaselinePerS)
+
+	a, err := startAPI(pool, cfg.Concurrency)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	n, el, err = loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
+		body, err := json.Marshal(newEvent(fmt.Sprintf("single-%d-%d", w, i), i))
+		if err != nil {
+			return 0, err
+		}
+		return 1, post(ctx, a.client, a.base+"/v1/settlements", body, http.StatusCreated, nil)
+	})
+	if err != nil {
+		return err
+	}
+	r.IntakeSinglePerS = float64(n) / el.Seconds()
+	cfg.Logf("intake_single_per_s %.1f", r.IntakeSinglePerS)
+
+	n, el, err = loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
+		evs := make([]event, cfg.BatchSize)
+		for k := range evs {
+			evs[k] = newEvent(fmt.Sprintf("batch-%d-%d-%d", w, i, k), k)
+		}
+		return len(evs), postBatch(ctx, a.client, a.base, evs)
+	})
+	if err != nil {
+		return err
+	}
+	r.IntakeBatchPerS = float64(n) / el.Seconds()
+	cfg.Logf("intake_batch_per_s %.1f", r.IntakeBatchPerS)
+	return nil
+}

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// measureReplay times redeliveries of stored events through the API, one
+// at a time, with cfg.ReplayRows[0] and then cfg.ReplayRows[1] receipts
+// (and settlements) in the tables. The sampled events are taken in through
+// the API; the rest of the rows are filled directly with generate_series.
+func measureReplay(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Result) error {
+	a, err := startAPI(pool, 1)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	bodies := make([][]byte, cfg.ReplaySamples)
+	for b := 0; b < cfg.ReplaySamples; b += 1000 {
+		evs := make([]event, min(1000, cfg.ReplaySamples-b))
+		for k := range evs {
+			evs[k] = newEvent(fmt.Sprintf("replay-%d", b+k), b+k)
+			if bodies[b+k], err = json.Marshal(evs[k]); err != nil {
+				return err
+			}
+		}
+		if err := postBatch(ctx, a.client, a.base, evs); err != nil {
+			return fmt.Errorf("error taking the replay samples in: %w", err)
+		}
+	}
+	rows := cfg.ReplaySamples
+	for i, want := range cfg.ReplayRows {
+		t0 := time.Now()
+		if err := fill(ctx, pool, rows, want); err != nil {
+			return err
+		}
+		cfg.Logf("replay: %d receipts in the table (filled in %s)", want, time.Since(t0).Round(time.Millisecond))
+		rows = want
+		p50, p99, err := replayLatency(ctx, a, bodies)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			r.ReplayP50US1e4, r.ReplayP99US1e4 = p50, p99
+		} else {
+			r.ReplayP50US1e6, r.ReplayP99US1e6 = p50, p99
+		}
+		cfg.Logf("replay p50 %.0fµs p99 %.0fµs at %d receipts", p50, p99, want)
+	}
+	return nil
+}
+
+// fill adds terminal settlements and their receipts until the tables hold
+// want receipts (they hold have), then refreshes the planner's statistics.
+func fill(ctx context.Context, pool *pgxpool.Pool, have, want int) error {
+	if want <= have {
+		return nil
+	}
+	now := time.Now()
+	_, err := pool.Exec(ctx, `
+		WITH s AS (
+			INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
+				bank_key, payload_hash, created_at, updated_at)
+			SELECT 'fill-' || g, 'acc-' || (g % 997), 'fill beneficiary', 100 + g % 100000, 'EUR', 'confirmed',
+				'fill-key-' || g, 'sha256:' || encode(sha256(('fill-' || g)::bytea), 'hex'), $3, $3
+			FROM generate_series($1::bigint, $2::bigint) AS g
+			RETURNING settlement_id, payload_hash
+		)
+		INSERT INTO settlement_receipts (settlement_id, payload_hash, received_at)
+		SELECT settlement_id, payload_hash, $3 FROM s`, have, want-1, now)
+	if err != nil {
+		return fmt.Errorf("error filling %d receipts: %w", want, err)
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE settlements, settlement_receipts"); err != nil {
+		return fmt.Errorf("error analysing the filled tables: %w", err)
+	}
+	return nil
+}
+
+// replayLatency redelivers every body once, in random order, and returns
+// the p50 and p99 latency in microseconds (after a short warm-up).
+func replayLatency(ctx context.Context, a *api, bodies [][]byte) (p50, p99 float64, err error) {
+	order := rand.Perm(len(bodies))
+	warm := min(50, len(bodies)/10)
+	lat := make([]float64, 0, len(bodies))
+	for i, k := range order {
+		t0 := time.Now()
+		if err := post(ctx, a.client, a.base+"/v1/settlements", bodies[k], http.StatusOK, nil); err != nil {
+			return 0, 0, fmt.Errorf("error redelivering: %w", err)
+		}
+		if i >= warm {
+			lat = append(lat, float64(time.Since(t0).Microseconds()))
+		}
+	}
+	slices.Sort(lat)
+	return percentile(lat, 0.50), percentile(lat, 0.99), nil
+}
+
+// percentile returns the p-th quantile of sorted (nearest rank).
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}

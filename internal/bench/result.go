@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// Result is every figure of one run. Each throughput or latency figure has
+// its baseline, measured in the same run on the same database.
+type Result struct {
+	// Run conditions.
+	Concurrency int     `json:"concurrency"`
+	DurationS   float64 `json:"duration_s"`
+	BatchSize   int     `json:"batch_size"`
+	// Database says which server was measured ("embedded default" or
+	// "DATABASE_URL") and Fsync its fsync setting.
+	Database string `json:"database"`
+	Fsync    string `json:"fsync"`
+
+	// InsertBaselinePerS is a bare one-row INSERT … COMMIT loop at the
+	// same concurrency: the commit rate of this database on this machine.
+	InsertBaselinePerS float64 `json:"insert_baseline_per_s"`
+	// IntakeSinglePerS is events/s through POST /v1/settlements.
+	IntakeSinglePerS float64 `json:"intake_single_per_s"`
+	// IntakeBatchPerS is events/s through POST /v1/settlements/batch.
+	IntakeBatchPerS float64 `json:"intake_batch_per_s"`
+
+	// RiverNoopJobsPerS is River working no-op jobs with the worker's
+	// client settings on the same database.
+	RiverNoopJobsPerS float64 `json:"river_noop_jobs_per_s"`
+	// E2EPerS is settlements/s from submission to confirmed with its
+	// ledger movement, through a settle worker and the fakebank.
+	E2EPerS float64 `json:"e2e_per_s"`
+	// JobsPerSettlement is River jobs worked per settlement in the e2e run.
+	JobsPerSettlement float64 `json:"jobs_per_settlement"`
+
+	// Replay latency (a redelivery through the API) at the two receipt
+	// counts of Config.ReplayRows.
+	ReplayP50US1e4 float64 `json:"replay_p50_us_1e4"`
+	ReplayP99US1e4 float64 `json:"replay_p99_us_1e4"`
+	ReplayP50US1e6 float64 `json:"replay_p50_us_1e6"`
+	ReplayP99US1e6 float64 `json:"replay_p99_us_1e6"`
+	ReplayRows     [2]int  `json:"replay_rows"`
+
+	// WorkerPeakRSSMB is the worker process's peak resident set (VmHWM)
+	// after the e2e run.
+	WorkerPeakRSSMB float64 `json:"worker_peak_rss_mb"`
+
+	// Targets are the ratios of issue 8 with their verdicts.
+	Targets []Target `json:"targets"`
+}
+
+// Target is one ratio and the bound it should meet.
+type Target struct {
+	Name string `json:"name"`
+	// Ratio is the measured value of the ratio (for the RSS target, the
+	// megabytes themselves).
+	Ratio float64 `json:"ratio"`
+	// Op is ">=" or "<=" and Bound the bound.
+	Op    string  `json:"op"`
+	Bound float64 `json:"bound"`
+	Pass  bool    `json:"pass"`
+	// Formula says what the ratio divides by what.
+	Formula string `json:"formula"`
+}
+
+func target(name, formula string, ratio float64, op string, bound float64) Target {
+	pass := ratio >= bound
+	if op == "<=" {
+		pass = ratio <= bound
+	}
+	return Target{Name: name, Formula: formula, Ratio: ratio, Op: op, Bound: bound, Pass: pass}
+}
+
+// computeTargets fills r.Targets from the figures.
+func (r *Result) computeTargets() {
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	r.Targets = []Target{
+		target("intake_single", "intake_single_per_s / insert_baseline_per_s",
+			div(r.IntakeSinglePerS, r.InsertBaselinePerS), ">=", 0.8),
+		target("intake_batch", "intake_batch_per_s / insert_baseline_per_s",
+			div(r.IntakeBatchPerS, r.InsertBaselinePerS), ">=", 5),
+		target("e2e", "e2e_per_s / (river_noop_jobs_per_s / jobs_per_settlement)",
+			div(r.E2EPerS, div(r.RiverNoopJobsPerS, r.JobsPerSettlement)), ">=", 0.5),
+		target("replay_growth", "replay_p99_us_1e6 / replay_p99_us_1e4",
+			div(r.ReplayP99US1e6, r.ReplayP99US1e4), "<=", 1.3),
+		target("worker_rss", "worker_peak_rss_mb",
+			r.WorkerPeakRSSMB, "<=", 150),
+	}
+}
+
+// WriteTable prints r as two aligned tables: the figures with their
+// baselines, then the targets.
+func (r *Result) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "settle bench: %s (fsync %s), concurrency %d, %gs per loop, batches of %d\n\n",
+		r.Database, r.Fsync, r.Concurrency, r.DurationS, r.BatchSize)
+	fmt.Fprintln(tw, "figure\tvalue\tunit\t")
+	rows := []struct {
+		name string
+		v    float64
+		unit string
+	}{
+		{"insert_baseline_per_s", r.InsertBaselinePerS, "tx/s (bare INSERT+COMMIT)"},
+		{"intake_single_per_s", r.IntakeSinglePerS, "events/s"},
+		{"intake_batch_per_s", r.IntakeBatchPerS, "events/s"},
+		{"river_noop_jobs_per_s", r.RiverNoopJobsPerS, "jobs/s"},
+		{"e2e_per_s", r.E2EPerS, "settlements/s"},
+		{"jobs_per_settlement", r.JobsPerSettlement, "jobs"},
+		{"replay_p50_us_1e4", r.ReplayP50US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},
+		{"replay_p99_us_1e4", r.ReplayP99US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},
+		{"replay_p50_us_1e6", r.ReplayP50US1e6, fmt.Sprintf("µs at %d receipts", r.ReplayRows[1])},
+		{"replay_p99_us_1e6", r.ReplayP99US1e6, fmt.Sprintf("µs at %d receipts", r.ReplayRows[1])},
+		{"worker_peak_rss_mb", r.WorkerPeakRSSMB, "MB (VmHWM)"},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t\n", row.name, row.v, row.unit)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "target\tratio\twant\tresult\tformula\t")
+	for _, t := range r.Targets {
+		verdict := "pass"
+		if !t.Pass {
+			verdict = "MISS"
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%s %g\t%s\t%s\t\n", t.Name, t.Ratio, t.Op, t.Bound, verdict, t.Formula)
+	}
+	return tw.Flush()
+}
