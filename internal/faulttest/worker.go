@@ -92,7 +92,11 @@ func StartWorker(ctx context.Context, bin, name, dbURL, logPath string, env []st
 	case w.URL = <-urls:
 		return w, nil
 	case <-w.done:
-		return nil, fmt.Errorf("%s exited before listening: %v\n%s", name, w.err, Tail(logPath, 30))
+		err := w.err
+		if err == nil {
+			err = errors.New("exit status 0")
+		}
+		return nil, fmt.Errorf("%s exited before listening: %w\n%s", name, err, Tail(logPath, 30))
 	case <-ctx.Done():
 		w.Kill()
 		return nil, fmt.Errorf("%s did not listen: %w\n%s", name, ctx.Err(), Tail(logPath, 30))

@@ -113,7 +113,9 @@ func FindBinDir() (string, error) {
 
 func hasServer(dir string) bool {
 	for _, b := range []string{"initdb", "pg_ctl", "postgres"} {
-		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() {
+		// dir is a server binary directory being probed (PATH, pg_config,
+		// /usr/lib/postgresql, or the operator's SETTLE_PG_BINDIR).
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.IsDir() { //nolint:gosec // G703: see above
 			return false
 		}
 	}
