@@ -51,6 +51,7 @@ func cmdBench(ctx context.Context, args []string, s Stdio) int {
 	duration := fs.Duration("duration", 0, "how long each throughput loop runs (default 20s, 5s with --quick)")
 	concurrency := fs.Int("concurrency", 0, "clients of each throughput loop (default 16)")
 	batch := fs.Int("batch", 0, "events per batch request, at most 1000 (default 100)")
+	bankConcurrency := fs.Int("bank-concurrency", 0, "the worker's --bank-concurrency, also used by the River baseline (default: the worker's default)")
 	cpuProfile := fs.String("worker-cpuprofile", "", "write a CPU profile of the worker under the e2e load to this file")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -72,11 +73,12 @@ func cmdBench(ctx context.Context, args []string, s Stdio) int {
 	if *batch > 0 {
 		cfg.BatchSize = *batch
 	}
-	if cfg.BatchSize > intake.MaxBatch || *duration < 0 || *concurrency < 0 || *batch < 0 {
+	if cfg.BatchSize > intake.MaxBatch || *duration < 0 || *concurrency < 0 || *batch < 0 || *bankConcurrency < 0 {
 		fmt.Fprintf(s.Err, "settle bench: --batch is at most %d; --duration, --concurrency and --batch must not be negative\n", intake.MaxBatch)
 		return exitError
 	}
 	cfg.WorkerCPUProfile = *cpuProfile
+	cfg.BankConcurrency = *bankConcurrency
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle bench: error finding the settle binary: %v\n", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/internal/database"
+	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/migrations"
 )
 
@@ -38,7 +39,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("error migrating %s: %w", cfg.DBName, err)
 	}
 
-	r := &Result{Concurrency: cfg.Concurrency, DurationS: cfg.Duration.Seconds(), BatchSize: cfg.BatchSize, ReplayRows: cfg.ReplayRows}
+	r := &Result{Concurrency: cfg.Concurrency, DurationS: cfg.Duration.Seconds(), BatchSize: cfg.BatchSize,
+		BankConcurrency: cfg.BankConcurrency, ReplayRows: cfg.ReplayRows}
+	if r.BankConcurrency <= 0 {
+		r.BankConcurrency = jobs.DefaultBankConcurrency
+	}
 	if err := pool.QueryRow(ctx, "SHOW fsync").Scan(&r.Fsync); err != nil {
 		return nil, fmt.Errorf("error reading fsync: %w", err)
 	}

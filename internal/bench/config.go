@@ -24,6 +24,10 @@ type Config struct {
 	// The benchmark adds --listen, --bank-url and its tuning flags, and
 	// sets DATABASE_URL.
 	WorkerCommand []string
+	// BankConcurrency, when positive, is the worker's --bank-concurrency
+	// and the River baseline's queue concurrency (default: the worker's
+	// default, jobs.DefaultBankConcurrency).
+	BankConcurrency int
 	// WorkerCPUProfile, when set, is passed to the worker as --cpuprofile.
 	WorkerCPUProfile string
 
@@ -54,7 +58,7 @@ func Full() Config {
 		Concurrency:    16,
 		BatchSize:      100,
 		E2ESettlements: 10000,
-		NoopJobs:       50000,
+		NoopJobs:       20000,
 		ReplaySamples:  5000,
 		ReplayRows:     [2]int{10_000, 1_000_000},
 	}
@@ -67,7 +71,7 @@ func Quick() Config {
 	c.Duration = 5 * time.Second
 	c.E2ESettlements = 2000
 	c.NoopJobs = 10000
-	c.ReplaySamples = 1000
+	c.ReplaySamples = 2000
 	return c
 }
 

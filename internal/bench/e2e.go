@@ -36,6 +36,10 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 		}
 	}()
 
+	commitsBefore, err := dbCommits(ctx, pool)
+	if err != nil {
+		return err
+	}
 	client := newHTTPClient(cfg.Concurrency)
 	defer client.CloseIdleConnections()
 	batches := make(chan int)
@@ -107,10 +111,31 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 		return fmt.Errorf("error in the e2e run: %d settlements confirmed with a movement, want %d", confirmed, cfg.E2ESettlements)
 	}
 	r.JobsPerSettlement = float64(worked) / float64(cfg.E2ESettlements)
+	time.Sleep(1100 * time.Millisecond) // let the backends publish their counts
+	commitsAfter, err := dbCommits(ctx, pool)
+	if err != nil {
+		return err
+	}
+	r.E2ECommitsPerSettlement = float64(commitsAfter-commitsBefore) / float64(cfg.E2ESettlements)
 	if r.WorkerPeakRSSMB, err = w.peakRSSMB(); err != nil {
 		return err
 	}
-	cfg.Logf("e2e_per_s %.1f, jobs_per_settlement %.2f, worker_peak_rss_mb %.1f", r.E2EPerS, r.JobsPerSettlement, r.WorkerPeakRSSMB)
+	cfg.Logf("e2e_per_s %.1f, jobs_per_settlement %.2f, commits per settlement %.1f, worker_peak_rss_mb %.1f",
+		r.E2EPerS, r.JobsPerSettlement, r.E2ECommitsPerSettlement, r.WorkerPeakRSSMB)
 	stopped = true
 	return w.stop()
+}
+
+// dbCommits returns the committed transactions of the benchmark's database
+// so far (every client's: the worker's, River's, the benchmark's polls).
+// PostgreSQL publishes the count with a delay of up to a second.
+func dbCommits(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	if _, err := pool.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		return 0, fmt.Errorf("error reading commit count: %w", err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
+		return 0, fmt.Errorf("error reading commit count: %w", err)
+	}
+	return n, nil
 }

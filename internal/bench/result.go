@@ -13,6 +13,9 @@ type Result struct {
 	Concurrency int     `json:"concurrency"`
 	DurationS   float64 `json:"duration_s"`
 	BatchSize   int     `json:"batch_size"`
+	// BankConcurrency is the worker's bank queue concurrency, also the
+	// River baseline's.
+	BankConcurrency int `json:"bank_concurrency"`
 	// Database says which server was measured ("embedded default" or
 	// "DATABASE_URL") and Fsync its fsync setting.
 	Database string `json:"database"`
@@ -34,6 +37,10 @@ type Result struct {
 	E2EPerS float64 `json:"e2e_per_s"`
 	// JobsPerSettlement is River jobs worked per settlement in the e2e run.
 	JobsPerSettlement float64 `json:"jobs_per_settlement"`
+	// E2ECommitsPerSettlement is the database's committed transactions
+	// per settlement during the e2e run (every client's, from
+	// pg_stat_database; approximate).
+	E2ECommitsPerSettlement float64 `json:"e2e_db_commits_per_settlement"`
 
 	// Replay latency (a redelivery through the API) at the two receipt
 	// counts of Config.ReplayRows.
@@ -99,8 +106,8 @@ func (r *Result) computeTargets() {
 // baselines, then the targets.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "settle bench: %s (fsync %s), concurrency %d, %gs per loop, batches of %d\n\n",
-		r.Database, r.Fsync, r.Concurrency, r.DurationS, r.BatchSize)
+	fmt.Fprintf(tw, "settle bench: %s (fsync %s), concurrency %d, %gs per loop, batches of %d, bank concurrency %d\n\n",
+		r.Database, r.Fsync, r.Concurrency, r.DurationS, r.BatchSize, r.BankConcurrency)
 	fmt.Fprintln(tw, "figure\tvalue\tunit\t")
 	rows := []struct {
 		name string
@@ -113,6 +120,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"river_noop_jobs_per_s", r.RiverNoopJobsPerS, "jobs/s"},
 		{"e2e_per_s", r.E2EPerS, "settlements/s"},
 		{"jobs_per_settlement", r.JobsPerSettlement, "jobs"},
+		{"e2e_db_commits_per_settlement", r.E2ECommitsPerSettlement, "commits (pg_stat_database, approximate)"},
 		{"replay_p50_us_1e4", r.ReplayP50US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},
 		{"replay_p99_us_1e4", r.ReplayP99US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},
 		{"replay_p50_us_1e6", r.ReplayP50US1e6, fmt.Sprintf("µs at %d receipts", r.ReplayRows[1])},

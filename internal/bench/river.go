@@ -38,7 +38,7 @@ func measureRiverNoop(ctx context.Context, cfg Config, dbURL string) (float64, e
 		return 0, err
 	}
 	defer pool.Close()
-	rc := jobs.NewRiverConfig(jobs.Deps{Pool: pool, Resolver: &reconcile.Resolver{}})
+	rc := jobs.NewRiverConfig(jobs.Deps{Pool: pool, Resolver: &reconcile.Resolver{}, BankConcurrency: cfg.BankConcurrency})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{})
 	rc.Workers = workers

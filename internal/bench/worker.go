@@ -30,6 +30,9 @@ const listeningPrefix = "settle worker: listening on "
 func startWorker(ctx context.Context, cfg Config, dbURL, bankURL string) (*workerProc, error) {
 	args := append([]string{}, cfg.WorkerCommand[1:]...)
 	args = append(args, "--listen", "127.0.0.1:0", "--bank-url", bankURL, "--log-level", "warn", "--log-format", "json")
+	if cfg.BankConcurrency > 0 {
+		args = append(args, "--bank-concurrency", strconv.Itoa(cfg.BankConcurrency))
+	}
 	if cfg.WorkerCPUProfile != "" {
 		args = append(args, "--cpuprofile", cfg.WorkerCPUProfile)
 	}
