@@ -34,8 +34,9 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// BenchmarkIntakeTx measures one new event through the receipt transaction
-// and, for comparison on the same database, a bare one-row INSERT + COMMIT.
+// BenchmarkIntakeTx measures one new event through the receipt transaction,
+// a replay, a batch of 100 new events and, for comparison on the same
+// database, a bare one-row INSERT + COMMIT.
 func BenchmarkIntakeTx(b *testing.B) {
 	db := testdb.New(b)
 	ctx := context.Background()
@@ -65,6 +66,21 @@ func BenchmarkIntakeTx(b *testing.B) {
 				b.Fatalf("%v %v", res, err)
 			}
 		}
+	})
+	b.Run("batch_100", func(b *testing.B) {
+		i := 0
+		evs := make([]intake.Event, 100)
+		for b.Loop() {
+			i++
+			for k := range evs {
+				evs[k] = intake.Event{SettlementID: "batch-" + strconv.Itoa(i) + "-" + strconv.Itoa(k), AccountID: "acc", AmountCents: 100, Currency: "EUR", Beneficiary: "ben"}
+			}
+			outs, err := svc.SubmitBatch(ctx, evs)
+			if err != nil || outs[0].Err != nil || outs[0].Result.Replayed {
+				b.Fatalf("%v %v", outs[0], err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
 	})
 	b.Run("bare_insert_commit", func(b *testing.B) {
 		if _, err := db.Pool.Exec(ctx, "CREATE TABLE bench_bare (id text PRIMARY KEY, v bigint NOT NULL)"); err != nil {
