@@ -108,7 +108,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "settle bench: %s (fsync %s), concurrency %d, %gs per loop, batches of %d, bank concurrency %d\n\n",
 		r.Database, r.Fsync, r.Concurrency, r.DurationS, r.BatchSize, r.BankConcurrency)
-	fmt.Fprintln(tw, "figure\tvalue\tunit\t")
+	fmt.Fprintln(tw, "figure\tvalue\tunit")
 	rows := []struct {
 		name string
 		v    float64
@@ -128,16 +128,16 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"worker_peak_rss_mb", r.WorkerPeakRSSMB, "MB (VmHWM)"},
 	}
 	for _, row := range rows {
-		fmt.Fprintf(tw, "%s\t%.1f\t%s\t\n", row.name, row.v, row.unit)
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\n", row.name, row.v, row.unit)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "target\tratio\twant\tresult\tformula\t")
+	fmt.Fprintln(tw, "target\tratio\twant\tresult\tformula")
 	for _, t := range r.Targets {
 		verdict := "pass"
 		if !t.Pass {
 			verdict = "MISS"
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s %g\t%s\t%s\t\n", t.Name, t.Ratio, t.Op, t.Bound, verdict, t.Formula)
+		fmt.Fprintf(tw, "%s\t%.2f\t%s %g\t%s\t%s\n", t.Name, t.Ratio, t.Op, t.Bound, verdict, t.Formula)
 	}
 	return tw.Flush()
 }
