@@ -422,11 +422,8 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 
 	// The creation transitions and the replay read go in one round trip.
 	b := &pgx.Batch{}
-	q := batchQueuer{b}
-	for _, id := range createdIDs {
-		if err := statemachine.Created(ctx, q, id, "received", now); err != nil {
-			return res, err
-		}
+	if err := statemachine.Created(ctx, batchQueuer{b}, "received", now, createdIDs...); err != nil {
+		return res, err
 	}
 	var oldIDs, bumpIDs, bumpHashes []string
 	var bumpN []int64
@@ -453,7 +450,7 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	}
 	if b.Len() > 0 {
 		br := tx.SendBatch(ctx, b)
-		for range createdIDs {
+		if len(createdIDs) > 0 {
 			if _, err := br.Exec(); err != nil {
 				br.Close()
 				return res, fmt.Errorf("error recording creation transitions: %w", err)
@@ -509,7 +506,7 @@ func (s *Service) readReplays(br pgx.BatchResults, res *commitResult) error {
 }
 
 // batchQueuer lets statemachine.Created write into a pgx.Batch, so the
-// creation transitions of many settlements take one round trip while
+// creation transitions and the replay read take one round trip while
 // statemachine keeps owning their SQL. Exec only queues: errors come back
 // when the batch is sent.
 type batchQueuer struct{ b *pgx.Batch }

@@ -57,7 +57,7 @@ func insertSettlement(t *testing.T, db *testdb.DB, id string, amount int64) {
 			id, amount, bankclient.KeyFor(id)); err != nil {
 			return err
 		}
-		return statemachine.Created(ctx, tx, id, "test", time.Now())
+		return statemachine.Created(ctx, tx, "test", time.Now(), id)
 	})
 	if err != nil {
 		t.Fatalf("insert settlement: %v", err)

@@ -141,15 +141,28 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 	return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Actual: State(actual), Err: ErrLostRace}
 }
 
-// Created records the creation of a settlement (→ pending) in its history.
-// The settlements row itself is inserted by intake in the same transaction.
-func Created(ctx context.Context, tx DBTX, settlementID, reason string, at time.Time) error {
+// Created records the creation of settlements (→ pending) in their
+// history, in one statement however many there are. The settlements rows
+// themselves are inserted by intake in the same transaction.
+func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settlementIDs ...string) error {
 	if at.IsZero() {
 		at = time.Now()
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
-		VALUES ($1, NULL, $2, $3, $4)`, settlementID, string(Pending), reason, at); err != nil {
-		return fmt.Errorf("error recording creation of settlement %s: %w", settlementID, err)
+	var err error
+	switch len(settlementIDs) {
+	case 0:
+		return nil
+	case 1:
+		// The common case (one event over the API) keeps a plain statement,
+		// which PostgreSQL plans once per connection.
+		_, err = tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
+			VALUES ($1, NULL, $2, $3, $4)`, settlementIDs[0], string(Pending), reason, at)
+	default:
+		_, err = tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
+			SELECT id, NULL, $2, $3, $4 FROM unnest($1::text[]) AS id`, settlementIDs, string(Pending), reason, at)
+	}
+	if err != nil {
+		return fmt.Errorf("error recording creation of %d settlements: %w", len(settlementIDs), err)
 	}
 	return nil
 }

@@ -157,3 +157,40 @@ func TestConcurrentTransitionsOneWinner(t *testing.T) {
 		t.Fatalf("wins=%d history=%d, want 1 and 1", wins, history)
 	}
 }
+
+// TestCreatedMany records the creation of many settlements in one call:
+// one pending transition each, none for an empty call.
+func TestCreatedMany(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	b := setup(t, db)
+	ctx := context.Background()
+	ids := []string{"s1"}
+	for _, id := range []string{"m1", "m2", "m3"} {
+		if _, err := b.tx.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
+			VALUES ($1, 'acc', 'ben', 100, 'EUR', 'pending', 'k-'||$1, 'sha256:00')`, id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := statemachine.Created(ctx, b.tx, "received", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := statemachine.Created(ctx, b.tx, "received", time.Time{}, ids[:1]...); err != nil {
+		t.Fatal(err)
+	}
+	if err := statemachine.Created(ctx, b.tx, "received", time.Time{}, ids[1:]...); err != nil {
+		t.Fatal(err)
+	}
+	var n, distinct int
+	if err := b.tx.QueryRow(ctx, `SELECT count(*), count(DISTINCT settlement_id) FROM settlement_transitions
+		WHERE from_state IS NULL AND to_state = 'pending' AND reason = 'received'`).Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 || distinct != 4 {
+		t.Fatalf("%d creation transitions for %d settlements, want 4 and 4", n, distinct)
+	}
+	if err := statemachine.Created(ctx, b.tx, "received", time.Time{}, "missing"); err == nil {
+		t.Fatal("creation of an unknown settlement recorded")
+	}
+}
