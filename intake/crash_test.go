@@ -1,98 +1,36 @@
 package intake_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/settle/settle/internal/crash"
-	"github.com/settle/settle/internal/testbin"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/testworker"
 )
 
-// workerProc is a `settle worker` subprocess.
-type workerProc struct {
-	cmd    *exec.Cmd
-	url    string
-	stderr *syncBuffer
-	done   chan struct{}
+// startWorker runs `settle worker` on a free port against db with the extra
+// environment (its bank does not answer: only intake matters here), and
+// waits for it to listen. It is killed when the test ends if it still runs.
+func startWorker(t *testing.T, name string, db *testdb.DB, env ...string) *testworker.Worker {
+	t.Helper()
+	return testworker.StartT(t, name, db.URL, env, "--listen", "127.0.0.1:0", "--bank-url", "http://"+closedPort(t),
+		"--log-format", "json", "--shutdown-timeout", "5s")
 }
 
-// startWorker runs `settle worker` on a free port against db with the extra
-// environment, and waits for its "listening on" line. The process is
-// killed when the test ends if it still runs.
-func startWorker(t *testing.T, bin string, db *testdb.DB, env ...string) *workerProc {
+// wait waits for the worker to end and returns how it ended.
+func wait(t *testing.T, w *testworker.Worker) syscall.WaitStatus {
 	t.Helper()
-	cmd := exec.Command(bin, "worker", "--listen", "127.0.0.1:0", "--bank-url", "http://"+closedPort(t),
-		"--log-format", "json", "--shutdown-timeout", "5s")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "SETTLE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, append([]string{"DATABASE_URL=" + db.URL}, env...)...)
-	stdout, err := cmd.StdoutPipe()
+	ps, err := w.Wait(time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &workerProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = w.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	urls := make(chan string, 1)
-	var drained sync.WaitGroup
-	drained.Add(1)
-	go func() {
-		defer drained.Done()
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "settle worker: listening on "); ok {
-				urls <- u
-			}
-		}
-	}()
-	go func() {
-		drained.Wait() // Wait must not run before the pipe is read to EOF
-		_ = cmd.Wait()
-		close(w.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-w.done
-		}
-	})
-	select {
-	case w.url = <-urls:
-	case <-w.done:
-		t.Fatalf("worker exited before listening: %v\n%s", cmd.ProcessState, w.stderr)
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("worker did not start listening\n%s", w.stderr)
-	}
-	return w
-}
-
-// wait waits for the process to end and returns how it ended.
-func (w *workerProc) wait(t *testing.T) syscall.WaitStatus {
-	t.Helper()
-	select {
-	case <-w.done:
-	case <-time.After(time.Minute):
-		t.Fatalf("worker did not exit\n%s", w.stderr)
-	}
-	return w.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ps.Sys().(syscall.WaitStatus)
 }
 
 func postTo(t *testing.T, url, body string) (int, error) {
@@ -112,27 +50,26 @@ func postTo(t *testing.T, url, body string) (int, error) {
 // the event and finds exactly one receipt, one settlement and one job.
 func TestWorkerCrashPoints(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
 	for point, wantStatus := range map[string]int{crash.IntakeBeforeCommit: http.StatusCreated, crash.IntakeAfterCommit: http.StatusOK} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			db := testdb.New(t)
 			body := mustJSON(t, eventFields("crash-1"))
 
-			w := startWorker(t, bin, db, "SETTLE_CRASH_AT="+point)
-			if status, err := postTo(t, w.url, body); err == nil {
+			w := startWorker(t, "crashing", db, "SETTLE_CRASH_AT="+point)
+			if status, err := postTo(t, w.URL, body); err == nil {
 				t.Fatalf("the crashing worker answered %d", status)
 			}
-			if ws := w.wait(t); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-				t.Fatalf("worker ended with %v, want SIGKILL\n%s", w.cmd.ProcessState, w.stderr)
+			if ws := wait(t, w); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("worker ended with %v, want SIGKILL\n%s", ws, testworker.Tail(w.LogPath, 30))
 			}
 
-			w2 := startWorker(t, bin, db)
-			status, err := postTo(t, w2.url, body)
+			w2 := startWorker(t, "restarted", db)
+			status, err := postTo(t, w2.URL, body)
 			if err != nil || status != wantStatus {
-				t.Fatalf("redelivery: %d %v, want %d\n%s", status, err, wantStatus, w2.stderr)
+				t.Fatalf("redelivery: %d %v, want %d\n%s", status, err, wantStatus, testworker.Tail(w2.LogPath, 30))
 			}
-			if status, err := postTo(t, w2.url, body); err != nil || status != http.StatusOK {
+			if status, err := postTo(t, w2.URL, body); err != nil || status != http.StatusOK {
 				t.Fatalf("second redelivery: %d %v", status, err)
 			}
 			// The worker runs the River workers too (against a bank that
@@ -149,14 +86,14 @@ func TestWorkerCrashPoints(t *testing.T) {
 			}
 
 			// SIGTERM: graceful stop, exit 0.
-			if err := w2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := w2.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			if ws := w2.wait(t); ws.ExitStatus() != 0 {
-				t.Fatalf("after SIGTERM: %v\n%s", w2.cmd.ProcessState, w2.stderr)
+			if ws := wait(t, w2); ws.ExitStatus() != 0 {
+				t.Fatalf("after SIGTERM: %v\n%s", ws, testworker.Tail(w2.LogPath, 30))
 			}
-			if !bytes.Contains([]byte(w2.stderr.String()), []byte("worker stopped")) {
-				t.Fatalf("no clean stop logged:\n%s", w2.stderr)
+			if log := testworker.Tail(w2.LogPath, 1000); !strings.Contains(log, "worker stopped") {
+				t.Fatalf("no clean stop logged:\n%s", log)
 			}
 		})
 	}

@@ -1,65 +1,31 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/testbin"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/testworker"
 )
 
 // startWorkerBin runs `settle worker` on db with the API token tok and
-// returns its base URL; the worker is stopped when the test ends.
-func startWorkerBin(t *testing.T, bin string, db *testdb.DB, bankURL, tok string) string {
+// returns its base URL; the worker is stopped gracefully when the test ends.
+func startWorkerBin(t *testing.T, db *testdb.DB, bankURL, tok string) string {
 	t.Helper()
-	cmd := exec.Command(bin, "worker", "--listen", "127.0.0.1:0", "--bank-url", bankURL, "--log-format", "json")
-	cmd.Env = append(envWithout("DATABASE_URL", "SETTLE_"), "DATABASE_URL="+db.URL, "SETTLE_API_TOKEN="+tok)
-	var logs strings.Builder
-	cmd.Stderr = &logs
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	w := testworker.StartT(t, "worker", db.URL, []string{"SETTLE_API_TOKEN=" + tok},
+		"--listen", "127.0.0.1:0", "--bank-url", bankURL, "--log-format", "json")
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("worker did not stop on SIGTERM; logs:\n%s", logs.String())
+		if err := w.Stop(30 * time.Second); err != nil {
+			t.Errorf("worker did not stop on SIGTERM: %v", err)
 		}
 	})
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "settle worker: listening on "); ok {
-				urls <- u
-			}
-		}
-	}()
-	select {
-	case u := <-urls:
-		return u
-	case <-done:
-		t.Fatalf("worker exited before listening:\n%s", logs.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("worker did not listen in time:\n%s", logs.String())
-	}
-	return ""
+	return w.URL
 }
 
 // TestSubmitAgainstAWorker submits a known NDJSON file with bad lines to a
@@ -70,7 +36,7 @@ func TestSubmitAgainstAWorker(t *testing.T) {
 	bin := testbin.Build(t)
 	db := testdb.New(t)
 	_, bankURL := fakebank.NewTestServer(t, fakebank.Options{})
-	url := startWorkerBin(t, bin, db, bankURL, "tok")
+	url := startWorkerBin(t, db, bankURL, "tok")
 	env := envWithout("DATABASE_URL", "SETTLE_")
 
 	out, code := runBinOut(t, bin, env, "submit", "--url", url, "--api-token", "tok", "--concurrency", "1", "--json",

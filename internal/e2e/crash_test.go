@@ -10,6 +10,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/testworker"
 )
 
 // TestCrashPoints kills a worker subprocess at each crash point, restarts
@@ -29,19 +30,19 @@ func TestCrashPoints(t *testing.T) {
 			ev := event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: "EUR", Beneficiary: "bene-1", EventID: "first"}
 
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)
-			code, err := post(w1.url, ev)
+			code, err := post(w1.URL, ev)
 			// The worker may die before answering (intake points): the
 			// producer then redelivers.
 			if err == nil && code != http.StatusCreated {
 				t.Fatalf("first delivery answered %d", code)
 			}
-			if ps := w1.waitExit(t, 30*time.Second); !killedBySIGKILL(ps) {
+			if ps := waitExit(t, w1, 30*time.Second); !testworker.KilledBySIGKILL(ps) {
 				t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
 			}
 
 			w2 := startWorker(t, "w2", db.URL, nil, flags...)
 			ev.EventID = "redelivery"
-			code, err = post(w2.url, ev)
+			code, err = post(w2.URL, ev)
 			if err != nil || (code != http.StatusOK && code != http.StatusCreated) {
 				t.Fatalf("redelivery = %d, %v", code, err)
 			}
@@ -62,10 +63,10 @@ func TestCrashPoints(t *testing.T) {
 			}
 
 			// The restarted worker also stops gracefully.
-			if err := w2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := w2.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			if ps := w2.waitExit(t, 15*time.Second); ps.ExitCode() != 0 {
+			if ps := waitExit(t, w2, 15*time.Second); ps.ExitCode() != 0 {
 				t.Errorf("w2 exited %d on SIGTERM", ps.ExitCode())
 			}
 		})

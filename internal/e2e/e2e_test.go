@@ -10,6 +10,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/testworker"
 )
 
 // TestEndToEnd is the acceptance test of issue 5: 500 settlements, 20% of
@@ -37,11 +38,11 @@ func TestEndToEnd(t *testing.T) {
 		LatencyMinMS: 0, LatencyMaxMS: 40, SettlementFailureRate: 0.03, SettleDelayMS: 200,
 	})
 	flags := workerFlags(b.url)
-	workers := make([]*worker, 3)
+	workers := make([]*testworker.Worker, 3)
 	urls := &lockedURLs{urls: make([]string, 3)}
 	for i := range workers {
 		workers[i] = startWorker(t, fmt.Sprintf("w%d", i), db.URL, nil, flags...)
-		urls.set(i, workers[i].url)
+		urls.set(i, workers[i].URL)
 	}
 
 	// The stream: every settlement once, 20% again later (another event id,
@@ -95,11 +96,11 @@ func TestEndToEnd(t *testing.T) {
 			})
 			var leader string
 			_ = db.Pool.QueryRow(context.Background(), `SELECT leader_id FROM river_leader`).Scan(&leader)
-			workers[0].kill(t)
+			workers[0].Kill()
 			t.Logf("SIGKILLed w0 after %d of %d batches (%s), with %d bank jobs running and %d settlements open; leader was %s",
 				bi, batches, time.Since(start).Round(time.Millisecond), running, open, leader)
 			workers[0] = startWorker(t, "w0-restarted", db.URL, nil, flags...)
-			urls.set(0, workers[0].url)
+			urls.set(0, workers[0].URL)
 		}
 		statuses := deliverBatch(t, urls, bi, evs)
 		for _, s := range statuses {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,12 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +19,7 @@ import (
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/testbin"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/testworker"
 )
 
 func TestMain(m *testing.M) {
@@ -87,110 +84,22 @@ func workerFlags(bankURL string) []string {
 	}
 }
 
-// worker is one `settle worker` subprocess.
-type worker struct {
-	name string
-	cmd  *exec.Cmd
-	url  string
-	log  string
-	done chan struct{}
-	err  error // of Wait, once done is closed
-}
-
 // startWorker starts `settle worker` against dbURL and waits until it
 // listens. env adds variables (SETTLE_CRASH_AT=…). The process is killed when
 // the test ends if it is still running.
-func startWorker(t *testing.T, name, dbURL string, env []string, args ...string) *worker {
+func startWorker(t *testing.T, name, dbURL string, env []string, args ...string) *testworker.Worker {
 	t.Helper()
-	bin := testbin.Build(t)
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, append([]string{"worker"}, args...)...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = logFile
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &worker{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "settle worker: listening on "); ok {
-				urls <- u
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		w.err = cmd.Wait()
-		logFile.Close()
-		close(w.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-w.done
-		}
-		if t.Failed() {
-			t.Logf("%s log tail:\n%s", name, tail(logPath, 30))
-		}
-	})
-	select {
-	case w.url = <-urls:
-		return w
-	case <-w.done:
-		t.Fatalf("%s exited before listening: %v\n%s", name, w.err, tail(logPath, 30))
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not listen within a minute\n%s", name, tail(logPath, 30))
-	}
-	return nil
+	return testworker.StartT(t, name, dbURL, env, args...)
 }
 
 // waitExit waits for the worker to exit and returns its status.
-func (w *worker) waitExit(t *testing.T, within time.Duration) *os.ProcessState {
+func waitExit(t *testing.T, w *testworker.Worker, within time.Duration) *os.ProcessState {
 	t.Helper()
-	select {
-	case <-w.done:
-		return w.cmd.ProcessState
-	case <-time.After(within):
-		t.Fatalf("%s still running after %s\n%s", w.name, within, tail(w.log, 30))
-		return nil
-	}
-}
-
-// kill sends SIGKILL and waits for the process to die.
-func (w *worker) kill(t *testing.T) {
-	t.Helper()
-	_ = w.cmd.Process.Signal(syscall.SIGKILL)
-	w.waitExit(t, 10*time.Second)
-}
-
-func killedBySIGKILL(ps *os.ProcessState) bool {
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
-
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
+	ps, err := w.Wait(within)
 	if err != nil {
-		return err.Error()
+		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return ps
 }
 
 // event is one payout event as a producer sends it.

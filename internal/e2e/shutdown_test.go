@@ -26,7 +26,7 @@ func TestGracefulShutdownWithBankCallsInFlight(t *testing.T) {
 	for i := range evs {
 		evs[i] = event{SettlementID: "gs-" + string(rune('a'+i)), AccountID: "acc", AmountCents: int64(100 + i), Currency: "EUR", Beneficiary: "bene"}
 	}
-	if st, err := postBatch(w.url, evs); err != nil || st[0] != http.StatusCreated {
+	if st, err := postBatch(w.URL, evs); err != nil || st[0] != http.StatusCreated {
 		t.Fatalf("batch = %v, %v", st, err)
 	}
 	ctx := context.Background()
@@ -35,11 +35,11 @@ func TestGracefulShutdownWithBankCallsInFlight(t *testing.T) {
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM bank_attempts WHERE finished_at IS NULL`).Scan(&n)
 		return n > 0
 	})
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := w.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	// --shutdown-timeout is 6s; allow process exit on top.
-	if ps := w.waitExit(t, 12*time.Second); ps.ExitCode() != 0 {
+	if ps := waitExit(t, w, 12*time.Second); ps.ExitCode() != 0 {
 		t.Fatalf("worker exited %v on SIGTERM", ps)
 	}
 	var running int
