@@ -8,7 +8,7 @@ import (
 
 // Environment variables read by OptionsFromEnv.
 const (
-	EnvToken  = "SETTLE_BANK_TOKEN"
+	EnvToken  = "SETTLE_BANK_TOKEN" //nolint:gosec // G101: the name of a variable, not a credential
 	EnvCAFile = "SETTLE_BANK_CA_FILE"
 )
 

@@ -65,7 +65,9 @@ func checkDuplicateKeys(body []byte) error {
 			return nil
 		}
 		if err != nil {
-			return nil // a syntax error; json.Unmarshal reports it
+			// A syntax error: the json.Unmarshal that follows reports it,
+			// classified with the rest of the body's problems.
+			return nil //nolint:nilerr // deliberate, see above
 		}
 		var top *frame
 		if len(stack) > 0 {
@@ -165,8 +167,8 @@ func checkEcho(p Payment, key string, req *PaymentRequest) error {
 
 // classifySend turns an answer to POST /v1/payments into its outcome.
 func classifySend(a answer, key string, req PaymentRequest) (SendResult, string, error) {
-	switch {
-	case a.status == http.StatusCreated || a.status == http.StatusOK:
+	switch a.status {
+	case http.StatusCreated, http.StatusOK:
 		p, err := parseAccepted(a, key, &req)
 		if err != nil {
 			return SendResult{}, OutcomeAmbiguous, err
@@ -177,7 +179,7 @@ func classifySend(a answer, key string, req PaymentRequest) (SendResult, string,
 		}
 		return SendResult{Payment: p}, OutcomeAccepted, nil
 
-	case a.status == http.StatusUnprocessableEntity:
+	case http.StatusUnprocessableEntity:
 		eb, ok := parseErrorBody(a)
 		if !ok {
 			// Without the code we cannot tell a rejection from key reuse,
@@ -189,7 +191,7 @@ func classifySend(a answer, key string, req PaymentRequest) (SendResult, string,
 		}
 		return SendResult{}, OutcomeRejected, &RejectedError{StatusCode: a.status, Code: sanitize(eb.Error), Reason: sanitize(eb.Reason)}
 
-	case a.status == http.StatusBadRequest:
+	case http.StatusBadRequest:
 		eb, _ := parseErrorBody(a)
 		return SendResult{}, OutcomeRejected, &RejectedError{StatusCode: a.status, Code: sanitize(eb.Error), Reason: sanitize(eb.Reason)}
 	}

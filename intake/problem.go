@@ -52,12 +52,12 @@ func problemFor(err error) Problem {
 	switch {
 	case errors.As(err, &inv):
 		p := Problem{Field: inv.Field, Detail: inv.Error()}
-		switch inv.Kind {
-		case ErrMalformed:
+		switch {
+		case errors.Is(inv.Kind, ErrMalformed):
 			p.Type, p.Title, p.Status = ProblemMalformed, "Malformed event", http.StatusBadRequest
-		case ErrTooOld:
+		case errors.Is(inv.Kind, ErrTooOld):
 			p.Type, p.Title, p.Status = ProblemTooOld, "Event older than the replay horizon", http.StatusUnprocessableEntity
-		case ErrTooLarge:
+		case errors.Is(inv.Kind, ErrTooLarge):
 			p.Type, p.Title, p.Status = ProblemTooLarge, "Request too large", http.StatusRequestEntityTooLarge
 		default:
 			p.Type, p.Title, p.Status = ProblemInvalid, "Invalid event", http.StatusUnprocessableEntity

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -92,8 +93,8 @@ func runBinOut(t *testing.T, bin string, env []string, args ...string) (string, 
 	}
 	code := 0
 	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
 			t.Fatalf("settle %v: %v", args, err)
 		}
 		code = ee.ExitCode()

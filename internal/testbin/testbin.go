@@ -52,7 +52,7 @@ func Cleanup() {
 
 func build() (string, error) {
 	if p := os.Getenv(EnvBinary); p != "" {
-		if _, err := os.Stat(p); err != nil {
+		if _, err := os.Stat(p); err != nil { //nolint:gosec // G703: the developer names the binary to test
 			return "", fmt.Errorf("error using %s: %w", EnvBinary, err)
 		}
 		return p, nil
