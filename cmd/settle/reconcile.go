@@ -276,26 +276,13 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 	var err error
 	if *asJSON {
 		fmt.Fprintf(out, "{\n  \"state\": %q,\n  \"older_than_seconds\": %g,\n  \"settlements\": [", st, olderThan.Seconds())
-		n, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error {
-			b, err := json.Marshal(r)
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				fmt.Fprint(out, ",")
-			}
-			n++
-			fmt.Fprint(out, "\n    ")
-			_, err = out.Write(b)
-			return err
-		})
+		arr := jsonArray{w: out}
+		n, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error { return arr.add(r) })
 		if err == nil {
 			fmt.Fprintf(out, "\n  ],\n  \"count\": %d\n}\n", n)
 		}
 	} else {
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		header := "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tBANK\tINVESTIGATION"
-		fmt.Fprintln(tw, header)
+		tb := newBlockTable(out, "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tBANK\tINVESTIGATION")
 		n, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error {
 			bank := r.BankStatus
 			if r.BankPaymentID != "" {
@@ -305,17 +292,11 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 			if r.NeedsInvestigation {
 				inv = r.InvestigationReason
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%d\t%d\t%s\t%s\t%s\n", r.SettlementID, r.Since.UTC().Format(time.RFC3339),
+			return tb.row("%s\t%s\t%s\t%d %s\t%d\t%d\t%s\t%s\t%s\n", r.SettlementID, r.Since.UTC().Format(time.RFC3339),
 				age(r.AgeSeconds), r.AmountCents, r.Currency, r.SendAttempts, r.CheckAttempts, timeOrDash(r.NextCheckAt),
 				strings.TrimSpace(bank), inv)
-			// Columns align within blocks of 500 rows: memory stays flat
-			// for a state holding millions.
-			if n++; n%500 == 0 {
-				return tw.Flush()
-			}
-			return nil
 		})
-		_ = tw.Flush()
+		_ = tb.flush()
 		if err == nil {
 			fmt.Fprintf(out, "%d %s settlement(s)", n, st)
 			if *olderThan > 0 {
@@ -449,25 +430,13 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 	var err error
 	if *asJSON {
 		fmt.Fprint(out, "{\n  \"conflicts\": [")
-		n, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error {
-			b, err := json.Marshal(cf)
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				fmt.Fprint(out, ",")
-			}
-			n++
-			fmt.Fprint(out, "\n    ")
-			_, err = out.Write(b)
-			return err
-		})
+		arr := jsonArray{w: out}
+		n, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error { return arr.add(cf) })
 		if err == nil {
 			fmt.Fprintf(out, "\n  ],\n  \"count\": %d\n}\n", n)
 		}
 	} else {
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "DETECTED\tSETTLEMENT\tEVENT\tDIFFERS (stored → incoming)\tINCOMING HASH")
+		tb := newBlockTable(out, "DETECTED\tSETTLEMENT\tEVENT\tDIFFERS (stored → incoming)\tINCOMING HASH")
 		n, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error {
 			var d []string
 			for _, f := range cf.Differences {
@@ -481,13 +450,9 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 			if ev == "" {
 				ev = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cf.DetectedAt.UTC().Format(time.RFC3339), cf.SettlementID, ev, diff, cf.IncomingHash)
-			if n++; n%500 == 0 {
-				return tw.Flush()
-			}
-			return nil
+			return tb.row("%s\t%s\t%s\t%s\t%s\n", cf.DetectedAt.UTC().Format(time.RFC3339), cf.SettlementID, ev, diff, cf.IncomingHash)
 		})
-		_ = tw.Flush()
+		_ = tb.flush()
 		if err == nil {
 			fmt.Fprintf(out, "%d conflict(s)\n", n)
 		}
@@ -824,6 +789,53 @@ func (j *bankJSON) finish() error {
 	_, err := fmt.Fprint(j.w, "]}\n")
 	return err
 }
+
+// jsonArray streams the items of a JSON array, one per line, into an object
+// whose head the caller has written.
+type jsonArray struct {
+	w io.Writer
+	n int
+}
+
+func (a *jsonArray) add(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	sep := ",\n    "
+	if a.n == 0 {
+		sep = "\n    "
+	}
+	a.n++
+	if _, err := io.WriteString(a.w, sep); err != nil {
+		return err
+	}
+	_, err = a.w.Write(b)
+	return err
+}
+
+// blockTable is an aligned table whose columns align within blocks of 500
+// rows, so that memory stays flat for a state holding millions.
+type blockTable struct {
+	tw *tabwriter.Writer
+	n  int
+}
+
+func newBlockTable(w io.Writer, header string) *blockTable {
+	t := &blockTable{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	fmt.Fprintln(t.tw, header)
+	return t
+}
+
+func (t *blockTable) row(format string, args ...any) error {
+	fmt.Fprintf(t.tw, format, args...)
+	if t.n++; t.n%500 == 0 {
+		return t.tw.Flush()
+	}
+	return nil
+}
+
+func (t *blockTable) flush() error { return t.tw.Flush() }
 
 func classIndex(c reconcile.Class) int {
 	for i, x := range reconcile.BreakClasses {
