@@ -1,0 +1,362 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/settle/settle/bankclient"
+)
+
+// Faults is the simulated bank's fault profile. Rates are probabilities in
+// [0, 1], drawn per request attempt.
+type Faults struct {
+	// FailBefore answers 503 before doing anything.
+	FailBefore float64
+	// DropResponse executes the request and loses the answer (504 or a
+	// closed connection: ambiguous either way).
+	DropResponse float64
+	// StatusError answers 503 to a status call.
+	StatusError float64
+	// Reject refuses a new payment definitively.
+	Reject float64
+	// SettlementFailure settles a new payment as failed.
+	SettlementFailure float64
+	// Latency is the most simulated time one request spends on the way to
+	// the bank, and again on the way back; each leg draws in [0, Latency].
+	Latency time.Duration
+	// MinLatency is the least time of one leg (at most Latency).
+	MinLatency time.Duration
+	// Attempts is how many requests one call makes while answers are
+	// ambiguous, as the HTTP client's in-call retries do (default 1).
+	Attempts int
+	// RetryWait is the simulated time between two in-call attempts.
+	RetryWait time.Duration
+}
+
+// BankConfig configures a Bank.
+type BankConfig struct {
+	// Seed seeds the bank's own random source.
+	Seed uint64
+	// Clock is the simulated clock (required).
+	Clock *Clock
+	// KeyTTL is how long the bank remembers an idempotency key after it
+	// first saw it; 0 remembers for ever. A POST with a forgotten key
+	// creates a new payment.
+	KeyTTL time.Duration
+	// SettleDelayMin, SettleDelayMax bound the simulated time a new payment
+	// takes to reach its final status (accepted, then processing halfway).
+	SettleDelayMin, SettleDelayMax time.Duration
+}
+
+// Bank is an in-memory model of the bank protocol (DESIGN.md section 7)
+// implementing bankclient.Bank with the error types of the HTTP client:
+// idempotent by key, definitive rejections pinned to the key, key reuse,
+// payments settling or failing after a delay, keys forgotten after KeyTTL,
+// and the faults of its profile. It never sleeps and starts no goroutine:
+// latency is simulated time. Every payment it executes stays in its books,
+// so the checker can count payments per reference. It is safe for
+// concurrent use, but deterministic only when calls are serialised (the
+// scheduler does that).
+type Bank struct {
+	cfg   BankConfig
+	clock *Clock
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	faults   Faults
+	payments []*simPayment
+	keys     map[string]*keyEntry
+	log      []string
+}
+
+// simPayment is one executed payment.
+type simPayment struct {
+	id        string
+	key       string
+	req       bankclient.PaymentRequest
+	createdAt time.Time
+	dueAt     time.Time
+	outcome   bankclient.Status
+}
+
+// keyEntry is what the bank remembers of a key: its first request and its
+// outcome (a payment, or a rejection when payment is nil).
+type keyEntry struct {
+	req       bankclient.PaymentRequest
+	expiresAt time.Time // zero: never
+	payment   *simPayment
+	rejection string
+}
+
+var _ bankclient.Bank = (*Bank)(nil)
+
+// NewBank returns a bank with no faults and empty books.
+func NewBank(cfg BankConfig) *Bank {
+	return &Bank{
+		cfg:   cfg,
+		clock: cfg.Clock,
+		rng:   rand.New(rand.NewPCG(cfg.Seed, 0xba4c)),
+		keys:  map[string]*keyEntry{},
+	}
+}
+
+// SetFaults replaces the fault profile.
+func (b *Bank) SetFaults(f Faults) {
+	b.mu.Lock()
+	b.faults = f
+	b.mu.Unlock()
+}
+
+// Faults returns the fault profile.
+func (b *Bank) Faults() Faults {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.faults
+}
+
+func (b *Bank) chance(p float64) bool { return p > 0 && b.rng.Float64() < p }
+
+func (b *Bank) draw(max time.Duration) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return time.Duration(b.rng.Int64N(int64(max) + 1))
+}
+
+// leg is the simulated time one request or answer spends on the wire.
+func (b *Bank) leg(f Faults) time.Duration {
+	if f.MinLatency >= f.Latency {
+		return f.MinLatency
+	}
+	return f.MinLatency + b.draw(f.Latency-f.MinLatency)
+}
+
+func (b *Bank) logf(format string, args ...any) {
+	b.log = append(b.log, b.clock.Now().Sub(Epoch).String()+" "+fmt.Sprintf(format, args...))
+}
+
+// ambiguous builds the error the HTTP client returns after attempts
+// requests without a definitive answer.
+func ambiguous(op string, status, attempts int) *bankclient.AmbiguousError {
+	var cause error = &bankclient.StatusError{StatusCode: status}
+	if status == 0 {
+		cause = fmt.Errorf("simulated connection closed: %w", errConnClosed)
+	}
+	return &bankclient.AmbiguousError{Op: op, StatusCode: status, Attempts: attempts, Err: cause}
+}
+
+var errConnClosed = fmt.Errorf("EOF")
+
+// Send implements bankclient.Bank.
+func (b *Bank) Send(ctx context.Context, key string, req bankclient.PaymentRequest) (bankclient.SendResult, error) {
+	if err := ctx.Err(); err != nil {
+		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: error before contacting bank: %w", key, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.faults
+	attempts := max(f.Attempts, 1)
+	var last *bankclient.AmbiguousError
+	for n := 1; n <= attempts; n++ {
+		if n > 1 {
+			b.clock.Advance(f.RetryWait)
+		}
+		b.clock.Advance(b.leg(f))
+		if b.chance(f.FailBefore) {
+			b.logf("send %s attempt %d: 503 before processing", key, n)
+			last = ambiguous(bankclient.OpSend, http.StatusServiceUnavailable, n)
+			continue
+		}
+		res, err := b.execute(key, req)
+		b.clock.Advance(b.leg(f))
+		if b.chance(f.DropResponse) {
+			status := http.StatusGatewayTimeout
+			if b.chance(0.5) {
+				status = 0
+			}
+			b.logf("send %s attempt %d: answer lost (%d)", key, n, status)
+			last = ambiguous(bankclient.OpSend, status, n)
+			continue
+		}
+		if err != nil {
+			return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
+		}
+		return res, nil
+	}
+	return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, last)
+}
+
+// lookup returns what the bank remembers of key now, forgetting it when
+// its TTL has passed.
+func (b *Bank) lookup(key string, now time.Time) *keyEntry {
+	e := b.keys[key]
+	if e != nil && !e.expiresAt.IsZero() && !now.Before(e.expiresAt) {
+		delete(b.keys, key)
+		b.logf("key %s forgotten", key)
+		return nil
+	}
+	return e
+}
+
+// execute decides one request that reached the bank and records it.
+func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.SendResult, error) {
+	now := b.clock.Now()
+	if e := b.lookup(key, now); e != nil {
+		if e.req != req {
+			b.logf("send %s: key reuse", key)
+			return bankclient.SendResult{}, bankclient.ErrKeyReuse
+		}
+		if e.payment == nil {
+			b.logf("send %s: rejection replayed", key)
+			return bankclient.SendResult{}, &bankclient.RejectedError{StatusCode: http.StatusUnprocessableEntity, Code: bankclient.ErrorCodeRejected, Reason: e.rejection}
+		}
+		b.logf("send %s: replayed %s", key, e.payment.id)
+		return bankclient.SendResult{Payment: e.payment.view(now), Replayed: true}, nil
+	}
+	e := &keyEntry{req: req}
+	if b.cfg.KeyTTL > 0 {
+		e.expiresAt = now.Add(b.cfg.KeyTTL)
+	}
+	b.keys[key] = e
+	if req.AmountCents <= 0 || req.Reference == "" || b.chance(b.faults.Reject) {
+		e.rejection = "declined: simulated"
+		b.logf("send %s: rejected", key)
+		return bankclient.SendResult{}, &bankclient.RejectedError{StatusCode: http.StatusUnprocessableEntity, Code: bankclient.ErrorCodeRejected, Reason: e.rejection}
+	}
+	p := &simPayment{
+		id:        "pay_" + strconv.Itoa(len(b.payments)+1),
+		key:       key,
+		req:       req,
+		createdAt: now,
+		dueAt:     now.Add(b.cfg.SettleDelayMin + b.draw(b.cfg.SettleDelayMax-b.cfg.SettleDelayMin)),
+		outcome:   bankclient.StatusSettled,
+	}
+	if b.chance(b.faults.SettlementFailure) {
+		p.outcome = bankclient.StatusFailed
+	}
+	e.payment = p
+	b.payments = append(b.payments, p)
+	b.logf("send %s: executed %s for %s (%d %s), will be %s", key, p.id, req.Reference, req.AmountCents, req.Currency, p.outcome)
+	return bankclient.SendResult{Payment: p.view(now)}, nil
+}
+
+// view returns the payment as the bank reports it at now.
+func (p *simPayment) view(now time.Time) bankclient.Payment {
+	status, updated, reason := bankclient.StatusAccepted, p.createdAt, ""
+	mid := p.createdAt.Add(p.dueAt.Sub(p.createdAt) / 2)
+	switch {
+	case !now.Before(p.dueAt):
+		status, updated = p.outcome, p.dueAt
+		if p.outcome == bankclient.StatusFailed {
+			reason = "settlement_failed: simulated"
+		}
+	case !now.Before(mid) && mid.After(p.createdAt):
+		status, updated = bankclient.StatusProcessing, mid
+	}
+	return bankclient.Payment{
+		ID: p.id, IdempotencyKey: p.key, Reference: p.req.Reference, Status: status,
+		AmountCents: p.req.AmountCents, Currency: p.req.Currency,
+		DebtorAccount: p.req.DebtorAccount, CreditorAccount: p.req.CreditorAccount,
+		CreatedAt: p.createdAt, UpdatedAt: updated, FailureReason: reason,
+	}
+}
+
+// StatusByKey implements bankclient.Bank.
+func (b *Bank) StatusByKey(ctx context.Context, key string) (bankclient.Payment, error) {
+	if err := ctx.Err(); err != nil {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: error before contacting bank: %w", key, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.faults
+	attempts := max(f.Attempts, 1)
+	var last *bankclient.AmbiguousError
+	for n := 1; n <= attempts; n++ {
+		if n > 1 {
+			b.clock.Advance(f.RetryWait)
+		}
+		b.clock.Advance(b.leg(f))
+		if b.chance(f.StatusError) {
+			b.logf("status %s attempt %d: 503", key, n)
+			last = ambiguous(bankclient.OpStatus, http.StatusServiceUnavailable, n)
+			continue
+		}
+		now := b.clock.Now()
+		e := b.lookup(key, now)
+		b.clock.Advance(b.leg(f))
+		if e == nil || e.payment == nil {
+			b.logf("status %s: 404", key)
+			return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, bankclient.ErrNotFound)
+		}
+		v := e.payment.view(now)
+		b.logf("status %s: %s %s", key, v.ID, v.Status)
+		return v, nil
+	}
+	return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, last)
+}
+
+// Statement implements bankclient.Bank: every payment ever executed, in
+// order, the cursor being the index of the next one.
+func (b *Bank) Statement(ctx context.Context, after string, limit int) (bankclient.StatementPage, error) {
+	if err := ctx.Err(); err != nil {
+		return bankclient.StatementPage{}, fmt.Errorf("error reading statement: %w", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	start := 0
+	if after != "" {
+		n, err := strconv.Atoi(after)
+		if err != nil || n < 0 || n > len(b.payments) {
+			return bankclient.StatementPage{}, fmt.Errorf("error reading statement: bad cursor %q", after)
+		}
+		start = n
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	end := min(start+limit, len(b.payments))
+	now := b.clock.Now()
+	page := bankclient.StatementPage{}
+	for _, p := range b.payments[start:end] {
+		page.Payments = append(page.Payments, p.view(now))
+	}
+	if end < len(b.payments) {
+		page.Next = strconv.Itoa(end)
+	}
+	return page, nil
+}
+
+// Payments returns every payment the bank ever executed, as it reports
+// them now, in execution order (forgotten keys included).
+func (b *Bank) Payments() []bankclient.Payment {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	out := make([]bankclient.Payment, 0, len(b.payments))
+	for _, p := range b.payments {
+		out = append(out, p.view(now))
+	}
+	return out
+}
+
+// Log returns the bank's event log (for a failing seed's report).
+func (b *Bank) Log() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.log...)
+}
+
+// plant records a payment the engine never asked for (the checker's own
+// tests): status is its final status, reached at once.
+func (b *Bank) plant(key string, req bankclient.PaymentRequest, status bankclient.Status) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	b.payments = append(b.payments, &simPayment{id: "pay_planted_" + strconv.Itoa(len(b.payments)+1), key: key,
+		req: req, createdAt: now, dueAt: now, outcome: status})
+}

@@ -1,0 +1,27 @@
+// Package sim is settle's deterministic simulation (DESIGN.md section 11):
+// for a seed it generates a schedule of settlements, redeliveries,
+// conflicting payloads, sends, status checks, clock jumps, bank faults and
+// crashes, runs the real engine (intake.Service and reconcile.Resolver)
+// against a real PostgreSQL database and an in-memory model of the bank
+// ([Bank]), then checks the exactly-once invariants in SQL and against the
+// bank's books ([Check]).
+//
+// It owns the simulated bank, the simulated clock, the cooperative
+// scheduler that interleaves several engine calls at the granularity of
+// their database statements and bank calls ([scheduler]), the driver
+// ([Run]) and the checker.
+//
+// Determinism: every random decision is drawn from one math/rand/v2 source
+// seeded by the seed, time comes from [Clock], and although engine calls run
+// on goroutines, exactly one of them runs at any moment; the scheduler picks
+// the next one with the seeded source at each database statement or bank
+// call outside a transaction. A transaction is never preempted, so two
+// simulated calls never wait on each other's row locks. The same seed
+// therefore replays the same schedule against the same engine code.
+//
+// It must never change the engine's behaviour to make a schedule pass: it
+// reaches the engine only through the engine's exported APIs and the
+// interfaces the engine already takes (the database, the bank, the clock),
+// and it never writes the engine's tables except to plant violations in the
+// checker's own tests.
+package sim

@@ -1,0 +1,93 @@
+package sim
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/internal/testdb"
+)
+
+// TestKeyTTLBoundaryResend is the smallest schedule of the double payment
+// the simulation found (seeds 86, 481 and 788 of the default range). The
+// engine re-sends a pending settlement whose first attempt is younger than
+// the key TTL, judging the age when it claims the send; the POST reaches
+// the bank later (latency, and the client's in-call retries). If the bank
+// executed the first POST but the answer died with the process, and the
+// re-send is claimed less than one call's duration before the TTL ends, the
+// bank has forgotten the key when the POST arrives and pays again.
+//
+//  1. s00 is delivered; Send POSTs it, the bank executes pay_1, the
+//     process dies before recording the answer (crash point
+//     send.after_bank): s00 stays pending with first_attempt_at = T.
+//  2. The clock moves to T + KeyTTL - 1s (the job is retried late).
+//  3. Send: the key is 59m59s old, younger than the TTL, so it POSTs; the
+//     request spends 2s on the wire, the bank forgets the key at T + TTL
+//     and executes pay_2.
+//  4. Recovery confirms s00: the bank has paid it twice.
+//
+// With the engine's key TTL configured below the bank's by at least the
+// longest bank call (Config.KeyTTLMargin), the same schedule is safe: the
+// engine checks the status instead and confirms pay_1.
+func TestKeyTTLBoundaryResend(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		margin time.Duration
+	}{
+		{"no margin (the documented setup)", 0},
+		{"margin of one bank call", 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t)
+			r := newRun(db.Pool, Config{KeyTTLMargin: tc.margin}, rand.New(rand.NewPCG(1, 1)), EngineKeyTTL)
+			r.genEvents(1)
+
+			r.script(ctx, t, "deliver s00", func(a *actor, out *string) (func(context.Context), string) {
+				return r.deliverFn(a, delivery{idx: 0}, out)
+			}, nil)
+			r.script(ctx, t, "send s00, crash after the bank executed", func(a *actor, out *string) (func(context.Context), string) {
+				return r.resolverFn(a, 0, true, out)
+			}, func(a *actor) { a.crashAfterBank = 0 })
+			var first time.Time
+			if err := db.Pool.QueryRow(ctx, "SELECT first_attempt_at FROM settlements WHERE settlement_id = 's00'").Scan(&first); err != nil {
+				t.Fatal(err)
+			}
+			r.clock.Set(first.Add(r.engineTTL - time.Second))
+			r.tracef("clock to first attempt + engine key TTL - 1s")
+			r.setFaults("2s on the wire", Faults{MinLatency: 2 * time.Second, Latency: 2 * time.Second})
+			r.script(ctx, t, "send s00 (retried late)", func(a *actor, out *string) (func(context.Context), string) {
+				return r.resolverFn(a, 0, true, out)
+			}, nil)
+			res, err := r.finish(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Violations) > 0 {
+				t.Errorf("exactly-once broken at the key TTL boundary (reconcile: StartSend/keyAlive and the claim in Resolver.send judge the key's age when the send is claimed, not when the POST reaches the bank):\n%s", res.Report())
+			}
+			if res.Stats.Confirmed != 1 {
+				t.Errorf("s00 not confirmed:\n%s", strings.Join(res.Trace, "\n"))
+			}
+		})
+	}
+}
+
+// script runs one fault-free actor (plan may add faults) and traces it.
+func (r *run) script(ctx context.Context, t *testing.T, label string, mk func(*actor, *string) (func(context.Context), string), plan func(*actor)) {
+	t.Helper()
+	a := r.newActor(ctx, "A", false)
+	if plan != nil {
+		plan(a)
+	}
+	out := new(string)
+	fn, _ := mk(a, out)
+	r.delivered[0] = true
+	r.sched.run([]*actor{a}, []func(context.Context){fn})
+	if err := r.finishActors(0, []*actor{a}, []string{label + a.plan()}, []*string{out}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,157 @@
+package sim
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/settle/settle/internal/testdb"
+)
+
+var (
+	flagSeeds  = flag.Int("sim.seeds", 0, "number of seeds TestSimulation runs (default 200, or $SETTLE_SIM_SEEDS)")
+	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed, verbosely (replay a failure)")
+	flagFirst  = flag.Uint64("sim.first", 1, "first seed of the range TestSimulation runs")
+	flagMargin = flag.Duration("sim.margin", 0, "configure the engine's key TTL this much below the bank's")
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(testdb.Main(m))
+}
+
+// defaultSeeds keeps the default run within about a minute on two cores.
+const defaultSeeds = 200
+
+func seedCount(t *testing.T) int {
+	if *flagSeeds > 0 {
+		return *flagSeeds
+	}
+	if s := os.Getenv("SETTLE_SIM_SEEDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("SETTLE_SIM_SEEDS=%q is not a positive number", s)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 20
+	}
+	return defaultSeeds
+}
+
+// truncate empties the engine's tables between two seeds on one database.
+func truncate(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `TRUNCATE settlement_receipts, settlements, settlement_transitions,
+		ledger_movements, receipt_conflicts, bank_attempts RESTART IDENTITY CASCADE`)
+	return err
+}
+
+// TestSimulation runs the simulation for many seeds, a database per worker
+// emptied between seeds, and fails with the seed, its schedule and the
+// bank's log for every seed that breaks an invariant.
+func TestSimulation(t *testing.T) {
+	ctx := context.Background()
+	if *flagSeed != 0 {
+		db := testdb.New(t)
+		res, err := Run(ctx, db.Pool, Config{Seed: *flagSeed, KeyTTLMargin: *flagMargin})
+		if err != nil {
+			t.Fatalf("seed %d: harness error: %v", *flagSeed, err)
+		}
+		t.Logf("%+v", res.Stats)
+		if len(res.Violations) > 0 || testing.Verbose() {
+			t.Log(res.Report())
+		}
+		if len(res.Violations) > 0 {
+			t.Fail()
+		}
+		return
+	}
+
+	n := seedCount(t)
+	workers := max(runtime.GOMAXPROCS(0), 2)
+	seeds := make(chan uint64)
+	go func() {
+		defer close(seeds)
+		for i := range n {
+			seeds <- *flagFirst + uint64(i)
+		}
+	}()
+	var (
+		mu       sync.Mutex
+		failed   []*Result
+		total    Stats
+		runs     int
+		start    = time.Now()
+		wg       sync.WaitGroup
+		harness  []error
+		dbs      = make([]*testdb.DB, workers)
+		reported = 0
+	)
+	for w := range workers {
+		dbs[w] = testdb.New(t)
+	}
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pool := dbs[w].Pool
+			for seed := range seeds {
+				if err := truncate(ctx, pool); err != nil {
+					mu.Lock()
+					harness = append(harness, fmt.Errorf("seed %d: error truncating: %w", seed, err))
+					mu.Unlock()
+					continue
+				}
+				res, err := Run(ctx, pool, Config{Seed: seed, KeyTTLMargin: *flagMargin})
+				mu.Lock()
+				runs++
+				if err != nil {
+					harness = append(harness, fmt.Errorf("seed %d: harness error: %w", seed, err))
+				} else {
+					total.add(res.Stats)
+					if len(res.Violations) > 0 {
+						failed = append(failed, res)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	t.Logf("%d schedules in %s (%.0f schedules/minute, %d workers): %+v", runs, elapsed.Round(time.Millisecond),
+		float64(runs)/elapsed.Minutes(), workers, total)
+	for _, err := range harness {
+		t.Error(err)
+	}
+	for _, res := range failed {
+		if reported < 2 {
+			t.Error(res.Report())
+		} else {
+			t.Errorf("seed %d: %d violation(s), first: %s", res.Seed, len(res.Violations), res.Violations[0])
+		}
+		reported++
+	}
+}
+
+func (s *Stats) add(o Stats) {
+	s.Settlements += o.Settlements
+	s.Steps += o.Steps
+	s.Actors += o.Actors
+	s.Crashes += o.Crashes
+	s.Cancels += o.Cancels
+	s.Confirmed += o.Confirmed
+	s.Failed += o.Failed
+	s.Flagged += o.Flagged
+	s.BankPayments += o.BankPayments
+	s.Rounds += o.Rounds
+}
