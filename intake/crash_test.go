@@ -12,6 +12,7 @@ import (
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/testdb"
 	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/workerproc"
 )
 
 // startWorker runs `settle worker` on a free port against db with the extra
@@ -57,19 +58,19 @@ func TestWorkerCrashPoints(t *testing.T) {
 			body := mustJSON(t, eventFields("crash-1"))
 
 			w := startWorker(t, "crashing", db, "SETTLE_CRASH_AT="+point)
-			if status, err := postTo(t, w.URL, body); err == nil {
+			if status, err := postTo(t, w.URL(), body); err == nil {
 				t.Fatalf("the crashing worker answered %d", status)
 			}
 			if ws := wait(t, w); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-				t.Fatalf("worker ended with %v, want SIGKILL\n%s", ws, testworker.Tail(w.LogPath, 30))
+				t.Fatalf("worker ended with %v, want SIGKILL\n%s", ws, workerproc.Tail(w.LogPath(), 30))
 			}
 
 			w2 := startWorker(t, "restarted", db)
-			status, err := postTo(t, w2.URL, body)
+			status, err := postTo(t, w2.URL(), body)
 			if err != nil || status != wantStatus {
-				t.Fatalf("redelivery: %d %v, want %d\n%s", status, err, wantStatus, testworker.Tail(w2.LogPath, 30))
+				t.Fatalf("redelivery: %d %v, want %d\n%s", status, err, wantStatus, workerproc.Tail(w2.LogPath(), 30))
 			}
-			if status, err := postTo(t, w2.URL, body); err != nil || status != http.StatusOK {
+			if status, err := postTo(t, w2.URL(), body); err != nil || status != http.StatusOK {
 				t.Fatalf("second redelivery: %d %v", status, err)
 			}
 			// The worker runs the River workers too (against a bank that
@@ -90,9 +91,9 @@ func TestWorkerCrashPoints(t *testing.T) {
 				t.Fatal(err)
 			}
 			if ws := wait(t, w2); ws.ExitStatus() != 0 {
-				t.Fatalf("after SIGTERM: %v\n%s", ws, testworker.Tail(w2.LogPath, 30))
+				t.Fatalf("after SIGTERM: %v\n%s", ws, workerproc.Tail(w2.LogPath(), 30))
 			}
-			if log := testworker.Tail(w2.LogPath, 1000); !strings.Contains(log, "worker stopped") {
+			if log := workerproc.Tail(w2.LogPath(), 1000); !strings.Contains(log, "worker stopped") {
 				t.Fatalf("no clean stop logged:\n%s", log)
 			}
 		})

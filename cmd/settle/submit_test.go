@@ -26,7 +26,7 @@ func startWorkerBin(t *testing.T, db *testdb.DB, bankURL, tok string) string {
 			t.Errorf("worker did not stop on SIGTERM: %v", err)
 		}
 	})
-	return w.URL
+	return w.URL()
 }
 
 // TestSubmitAgainstAWorker submits a known NDJSON file with bad lines to a

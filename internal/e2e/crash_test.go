@@ -10,7 +10,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/workerproc"
 )
 
 // TestCrashPoints kills a worker subprocess at each crash point, restarts
@@ -30,19 +30,19 @@ func TestCrashPoints(t *testing.T) {
 			ev := event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: "EUR", Beneficiary: "bene-1", EventID: "first"}
 
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)
-			code, err := post(w1.URL, ev)
+			code, err := post(w1.URL(), ev)
 			// The worker may die before answering (intake points): the
 			// producer then redelivers.
 			if err == nil && code != http.StatusCreated {
 				t.Fatalf("first delivery answered %d", code)
 			}
-			if ps := waitExit(t, w1, 30*time.Second); !testworker.KilledBySIGKILL(ps) {
+			if ps := waitExit(t, w1, 30*time.Second); !workerproc.KilledBySIGKILL(ps) {
 				t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
 			}
 
 			w2 := startWorker(t, "w2", db.URL, nil, flags...)
 			ev.EventID = "redelivery"
-			code, err = post(w2.URL, ev)
+			code, err = post(w2.URL(), ev)
 			if err != nil || (code != http.StatusOK && code != http.StatusCreated) {
 				t.Fatalf("redelivery = %d, %v", code, err)
 			}

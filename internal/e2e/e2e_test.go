@@ -42,7 +42,7 @@ func TestEndToEnd(t *testing.T) {
 	urls := &lockedURLs{urls: make([]string, 3)}
 	for i := range workers {
 		workers[i] = startWorker(t, fmt.Sprintf("w%d", i), db.URL, nil, flags...)
-		urls.set(i, workers[i].URL)
+		urls.set(i, workers[i].URL())
 	}
 
 	// The stream: every settlement once, 20% again later (another event id,
@@ -100,7 +100,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Logf("SIGKILLed w0 after %d of %d batches (%s), with %d bank jobs running and %d settlements open; leader was %s",
 				bi, batches, time.Since(start).Round(time.Millisecond), running, open, leader)
 			workers[0] = startWorker(t, "w0-restarted", db.URL, nil, flags...)
-			urls.set(0, workers[0].URL)
+			urls.set(0, workers[0].URL())
 		}
 		statuses := deliverBatch(t, urls, bi, evs)
 		for _, s := range statuses {

@@ -23,7 +23,7 @@ func TestKeyTTLNeverResends(t *testing.T) {
 	flags := append(workerFlags(b.url), "--bank-key-ttl", "1s", "--check-interval", "3s", "--max-check-interval", "3s")
 	w := startWorker(t, "w", db.URL, nil, flags...)
 	ev := event{SettlementID: "ttl-1", AccountID: "acc", AmountCents: 777, Currency: "EUR", Beneficiary: "bene"}
-	if code, err := post(w.URL, ev); err != nil || code != http.StatusCreated {
+	if code, err := post(w.URL(), ev); err != nil || code != http.StatusCreated {
 		t.Fatalf("post = %d, %v", code, err)
 	}
 	ctx := context.Background()
@@ -67,7 +67,7 @@ func TestKeyTTLNeverResends(t *testing.T) {
 		t.Errorf("bank status by key = %v, want not found", err)
 	}
 	// A redelivery of the event changes nothing.
-	if code, err := post(w.URL, ev); err != nil || code != http.StatusOK {
+	if code, err := post(w.URL(), ev); err != nil || code != http.StatusOK {
 		t.Fatalf("redelivery = %d, %v", code, err)
 	}
 	if st := b.Stats(); st.Payments != 1 {

@@ -26,7 +26,7 @@ func TestGracefulShutdownWithBankCallsInFlight(t *testing.T) {
 	for i := range evs {
 		evs[i] = event{SettlementID: "gs-" + string(rune('a'+i)), AccountID: "acc", AmountCents: int64(100 + i), Currency: "EUR", Beneficiary: "bene"}
 	}
-	if st, err := postBatch(w.URL, evs); err != nil || st[0] != http.StatusCreated {
+	if st, err := postBatch(w.URL(), evs); err != nil || st[0] != http.StatusCreated {
 		t.Fatalf("batch = %v, %v", st, err)
 	}
 	ctx := context.Background()

@@ -1,8 +1,0 @@
-//go:build !linux
-
-package demo
-
-import "syscall"
-
-// childAttr returns no special attributes outside Linux.
-func childAttr() *syscall.SysProcAttr { return nil }
