@@ -19,6 +19,17 @@
 // simulated calls never wait on each other's row locks. The same seed
 // therefore replays the same schedule against the same engine code.
 //
+// Running it:
+//
+//	go test ./internal/sim                                  # 400 seeds (-short: 20)
+//	go test ./internal/sim -run 'TestSimulation$' -sim.seeds=5000
+//	SETTLE_SIM_SEEDS=5000 go test ./internal/sim -run 'TestSimulation$'
+//	go test ./internal/sim -run 'TestSimulation$' -sim.seed=86 -v   # replay one seed, print its schedule
+//
+// -sim.first=N starts the range elsewhere; -sim.margin=D configures the
+// engine's key TTL D below the bank's; -sim.checkfirst models the proposed
+// fix of the key-TTL boundary double payment (see keyttl_test.go).
+//
 // It must never change the engine's behaviour to make a schedule pass: it
 // reaches the engine only through the engine's exported APIs and the
 // interfaces the engine already takes (the database, the bank, the clock),

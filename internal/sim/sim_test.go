@@ -21,6 +21,7 @@ var (
 	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed, verbosely (replay a failure)")
 	flagFirst  = flag.Uint64("sim.first", 1, "first seed of the range TestSimulation runs")
 	flagMargin = flag.Duration("sim.margin", 0, "configure the engine's key TTL this much below the bank's")
+	flagFix    = flag.Bool("sim.checkfirst", false, "model the proposed fix: a send of an attempted settlement asks the status first")
 )
 
 func TestMain(m *testing.M) {
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 // defaultSeeds keeps the default run within about a minute on two cores.
-const defaultSeeds = 200
+const defaultSeeds = 400
 
 func seedCount(t *testing.T) int {
 	if *flagSeeds > 0 {
@@ -62,7 +63,7 @@ func TestSimulation(t *testing.T) {
 	ctx := context.Background()
 	if *flagSeed != 0 {
 		db := testdb.New(t)
-		res, err := Run(ctx, db.Pool, Config{Seed: *flagSeed, KeyTTLMargin: *flagMargin})
+		res, err := Run(ctx, db.Pool, Config{Seed: *flagSeed, KeyTTLMargin: *flagMargin, SendChecksFirst: *flagFix})
 		if err != nil {
 			t.Fatalf("seed %d: harness error: %v", *flagSeed, err)
 		}
@@ -111,7 +112,7 @@ func TestSimulation(t *testing.T) {
 					mu.Unlock()
 					continue
 				}
-				res, err := Run(ctx, pool, Config{Seed: seed, KeyTTLMargin: *flagMargin})
+				res, err := Run(ctx, pool, Config{Seed: seed, KeyTTLMargin: *flagMargin, SendChecksFirst: *flagFix})
 				mu.Lock()
 				runs++
 				if err != nil {
