@@ -69,7 +69,11 @@ type Stats struct {
 // it, the violations, the trace and the bank's log.
 func (r *Result) Report() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d violation(s)", r.Seed, len(r.Violations))
+	name := fmt.Sprintf("seed %d", r.Seed)
+	if r.Seed == 0 {
+		name = "scripted schedule"
+	}
+	fmt.Fprintf(&b, "%s: %d violation(s)", name, len(r.Violations))
 	if r.Seed != 0 {
 		fmt.Fprintf(&b, "; replay with: go test ./internal/sim -run 'TestSimulation$' -sim.seed=%d -v", r.Seed)
 	}
