@@ -6,6 +6,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/workerproc"
 )
 
 // Timing of the bank outage test; the worker gets them as flags.
@@ -46,7 +47,7 @@ func TestBankOutage(t *testing.T) {
 	bank := startBank(t, 11, bankclient.Faults{SettleDelayMS: 100})
 	bank.DownDelay = 0 // refuse at once: a tight retry loop would show at once
 	bank.SetDown(true)
-	flags := append(WorkerFlags(bank.URL),
+	flags := append(workerproc.FastFlags(bank.URL),
 		"--check-interval", outageCheckInterval.String(),
 		"--max-check-interval", outageMaxCheckInterval.String(),
 		"--bank-concurrency", "4")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/workerproc"
 )
 
 // TestPostgresRestart restarts PostgreSQL (fast and immediate shutdown)
@@ -30,7 +31,7 @@ func TestPostgresRestart(t *testing.T) {
 			bank := startBank(t, 7, bankclient.Faults{
 				DropResponseRate: 0.05, StatusErrorRate: 0.05, LatencyMaxMS: 20, SettleDelayMS: 200,
 			})
-			w := startWorker(t, "w-"+mode.name, cluster.URL, WorkerFlags(bank.URL)...)
+			w := startWorker(t, "w-"+mode.name, cluster.URL, workerproc.FastFlags(bank.URL)...)
 			pool := connect(t, cluster.URL)
 			p := &Producer{URLs: urls(w)}
 
@@ -47,13 +48,13 @@ func TestPostgresRestart(t *testing.T) {
 			waitFor(t, ctx, "503 answers while PostgreSQL is down", func() bool {
 				return p.Stats().ByStatus[http.StatusServiceUnavailable] >= before+20
 			})
-			if code := get(t, w.URL+"/readyz"); code != http.StatusServiceUnavailable {
+			if code := get(t, w.URL()+"/readyz"); code != http.StatusServiceUnavailable {
 				t.Errorf("/readyz answered %d while PostgreSQL is down, want 503", code)
 			}
 			if err := cluster.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, ctx, "/readyz after the restart", func() bool { return get(t, w.URL+"/readyz") == http.StatusOK })
+			waitFor(t, ctx, "/readyz after the restart", func() bool { return get(t, w.URL()+"/readyz") == http.StatusOK })
 
 			if err := <-streamed; err != nil {
 				t.Fatalf("stream: %v", err)

@@ -7,8 +7,9 @@
 // bank afterwards.
 //
 // The non-test files are the harness those tests and the soak program
-// (internal/soak) share: a restartable cluster, worker subprocesses, the
-// switchable bank, a redelivering producer and the invariant checks. They
+// (internal/soak) share: a restartable cluster, the switchable bank, a
+// redelivering producer, a scrape of a worker's /metrics and the invariant
+// checks (the worker subprocesses are internal/workerproc's). They
 // report errors rather than taking a *testing.T so that the soak can use
 // them too.
 //

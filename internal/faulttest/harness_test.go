@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/testbin"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/testworker"
 )
 
 func TestMain(m *testing.M) {
@@ -70,21 +70,9 @@ func startBank(t *testing.T, seed int64, faults bankclient.Faults) *Bank {
 
 // startWorker starts `settle worker` against dbURL; it is killed when the
 // test ends, and its log tail is shown if the test failed.
-func startWorker(t *testing.T, name, dbURL string, args ...string) *Worker {
+func startWorker(t *testing.T, name, dbURL string, args ...string) *testworker.Worker {
 	t.Helper()
-	bin := testbin.Build(t)
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	w, err := StartWorker(context.Background(), bin, name, dbURL, logPath, nil, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		w.Kill()
-		if t.Failed() {
-			t.Logf("%s log tail:\n%s", name, Tail(logPath, 40))
-		}
-	})
-	return w
+	return testworker.StartT(t, name, dbURL, nil, args...)
 }
 
 // events returns n events of a run named prefix.
@@ -139,11 +127,11 @@ func checkProducer(t *testing.T, p *Producer) ProducerStats {
 	return st
 }
 
-func urls(ws ...*Worker) func() []string {
+func urls(ws ...*testworker.Worker) func() []string {
 	return func() []string {
 		out := make([]string, len(ws))
 		for i, w := range ws {
-			out[i] = w.URL
+			out[i] = w.URL()
 		}
 		return out
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/workerproc"
 )
 
 // hostileBodies are payloads at the HTTP level that intake's own tests do
@@ -77,16 +78,16 @@ func TestHostileHTTP(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	bank := startBank(t, 17, bankclient.Faults{})
-	w := startWorker(t, "w-hostile", db.URL, WorkerFlags(bank.URL)...)
+	w := startWorker(t, "w-hostile", db.URL, workerproc.FastFlags(bank.URL)...)
 	ctx := deadline(t, 3*time.Minute)
-	if code := get(t, w.URL+"/healthz"); code != http.StatusOK {
+	if code := get(t, w.URL()+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz answered %d", code)
 	}
-	base, err := w.Metrics(ctx)
+	base, err := ScrapeMetrics(ctx, w.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := strings.TrimPrefix(w.URL, "http://")
+	addr := strings.TrimPrefix(w.URL(), "http://")
 
 	var wg sync.WaitGroup
 	// Slow clients run alongside the rest.
@@ -120,17 +121,17 @@ func TestHostileHTTP(t *testing.T) {
 
 	t.Run("bodies", func(t *testing.T) {
 		for _, tc := range hostileBodies() {
-			status, header, body := post(t, w.URL+"/v1/settlements", tc.body)
+			status, header, body := post(t, w.URL()+"/v1/settlements", tc.body)
 			if status < 400 || status > 499 || header.Get("Content-Type") != "application/problem+json" || !isProblem(body, status) {
 				t.Errorf("single %s: %d %s %.200s", tc.name, status, header.Get("Content-Type"), body)
 			}
 			// The batch endpoint: the whole batch refused, or every item.
-			status, header, body = post(t, w.URL+"/v1/settlements/batch", tc.body)
+			status, header, body = post(t, w.URL()+"/v1/settlements/batch", tc.body)
 			if !batchRefused(status, header, body) {
 				t.Errorf("batch %s: %d %.300s", tc.name, status, body)
 			}
 			arr := append(append([]byte("["), tc.body...), ']')
-			status, header, body = post(t, w.URL+"/v1/settlements/batch", arr)
+			status, header, body = post(t, w.URL()+"/v1/settlements/batch", arr)
 			if !batchRefused(status, header, body) {
 				t.Errorf("batch array %s: %d %.300s", tc.name, status, body)
 			}
@@ -151,7 +152,7 @@ func TestHostileHTTP(t *testing.T) {
 					}
 				}
 			}()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL+path, pr)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL()+path, pr)
 			if err != nil {
 				t.Fatal(err)
 			}

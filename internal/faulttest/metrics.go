@@ -5,139 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
-
-// WorkerFlags are short intervals, so that a settlement whose job was lost
-// is resolved within seconds; append to them (a later flag wins).
-func WorkerFlags(bankURL string) []string {
-	return []string{
-		"--listen", "127.0.0.1:0",
-		"--bank-url", bankURL,
-		"--pending-grace", "2s",
-		"--job-timeout", "5s",
-		"--rescue-after", "7s",
-		"--lease", "6s",
-		"--sweep-interval", "500ms",
-		"--check-interval", "200ms",
-		"--max-check-interval", "1s",
-		"--fetch-poll-interval", "200ms",
-		"--bank-timeout", "2s",
-		"--shutdown-timeout", "6s",
-		"--bank-concurrency", "8",
-		"--db-max-conns", "10",
-		"--log-format", "json",
-	}
-}
-
-// Worker is one `settle worker` subprocess.
-type Worker struct {
-	Name string
-	// URL is the base URL of its HTTP API.
-	URL string
-	// LogPath holds its stderr.
-	LogPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error // of Wait, once done is closed
-}
-
-// StartWorker starts `bin worker args…` with DATABASE_URL=dbURL and env, its
-// stderr in logPath, and waits (up to a minute, or ctx) until it listens.
-// The caller must Kill it.
-func StartWorker(ctx context.Context, bin, name, dbURL, logPath string, env []string, args ...string) (*Worker, error) {
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, append([]string{"worker"}, args...)...)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = logFile
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		logFile.Close()
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, err
-	}
-	w := &Worker{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "settle worker: listening on "); ok {
-				urls <- u
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		w.err = cmd.Wait()
-		logFile.Close()
-		close(w.done)
-	}()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	select {
-	case w.URL = <-urls:
-		return w, nil
-	case <-w.done:
-		err := w.err
-		if err == nil {
-			err = errors.New("exit status 0")
-		}
-		return nil, fmt.Errorf("%s exited before listening: %w\n%s", name, err, Tail(logPath, 30))
-	case <-ctx.Done():
-		w.Kill()
-		return nil, fmt.Errorf("%s did not listen: %w\n%s", name, ctx.Err(), Tail(logPath, 30))
-	}
-}
-
-// PID returns the process id.
-func (w *Worker) PID() int { return w.cmd.Process.Pid }
-
-// Alive reports whether the process is still running.
-func (w *Worker) Alive() bool {
-	select {
-	case <-w.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Kill sends SIGKILL, if the process still runs, and waits for it to die.
-func (w *Worker) Kill() {
-	if w.Alive() {
-		_ = w.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	<-w.done
-}
-
-// Stop sends SIGTERM and waits up to within for a graceful exit, then
-// kills. It returns the exit error, if any.
-func (w *Worker) Stop(within time.Duration) error {
-	if w.Alive() {
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	select {
-	case <-w.done:
-		return w.err
-	case <-time.After(within):
-		w.Kill()
-		return fmt.Errorf("%s did not stop within %s", w.Name, within)
-	}
-}
 
 // ProcessMetrics are a process's resource figures as its /metrics reports
 // them (the Go and process collectors).
@@ -148,13 +20,8 @@ type ProcessMetrics struct {
 	Threads    float64
 }
 
-// Metrics reads go_goroutines, process_resident_memory_bytes,
-// process_open_fds and go_threads from the worker's /metrics.
-func (w *Worker) Metrics(ctx context.Context) (ProcessMetrics, error) {
-	return ScrapeMetrics(ctx, w.URL)
-}
-
-// ScrapeMetrics reads the process figures from baseURL/metrics.
+// ScrapeMetrics reads go_goroutines, process_resident_memory_bytes,
+// process_open_fds and go_threads from baseURL/metrics (a worker's URL).
 func ScrapeMetrics(ctx context.Context, baseURL string) (ProcessMetrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -206,17 +73,4 @@ func ScrapeMetrics(ctx context.Context, baseURL string) (ProcessMetrics, error) 
 		return ProcessMetrics{}, errors.New("GET /metrics lacks the Go and process collectors")
 	}
 	return m, nil
-}
-
-// Tail returns the last n lines of the file at path.
-func Tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

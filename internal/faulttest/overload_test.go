@@ -9,6 +9,8 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/workerproc"
 )
 
 // Bounds of the overload test: generous, far below what an unbounded queue
@@ -31,9 +33,9 @@ func TestOverload(t *testing.T) {
 	)
 	db := testdb.New(t)
 	bank := startBank(t, 13, bankclient.Faults{SettleDelayMS: 50})
-	w := startWorker(t, "w-overload", db.URL, append(WorkerFlags(bank.URL), "--max-inflight", "2")...)
+	w := startWorker(t, "w-overload", db.URL, append(workerproc.FastFlags(bank.URL), "--max-inflight", "2")...)
 	ctx := deadline(t, 4*time.Minute)
-	base, err := w.Metrics(ctx)
+	base, err := ScrapeMetrics(ctx, w.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func TestOverload(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for sampleCtx.Err() == nil {
-			if m, err := w.Metrics(sampleCtx); err == nil {
+			if m, err := ScrapeMetrics(sampleCtx, w.URL()); err == nil {
 				mu.Lock()
 				peak.RSSBytes = max(peak.RSSBytes, m.RSSBytes)
 				peak.Goroutines = max(peak.Goroutines, m.Goroutines)
@@ -98,12 +100,12 @@ func TestOverload(t *testing.T) {
 // waitGoroutines waits until the worker runs no more goroutines than base
 // plus a margin for River's own (its producers and maintenance services come
 // and go), failing the test when they stay above it.
-func waitGoroutines(t *testing.T, ctx context.Context, w *Worker, base float64) {
+func waitGoroutines(t *testing.T, ctx context.Context, w *testworker.Worker, base float64) {
 	t.Helper()
 	const margin = 15
 	var last ProcessMetrics
 	for {
-		m, err := w.Metrics(ctx)
+		m, err := ScrapeMetrics(ctx, w.URL())
 		if err == nil && m.Goroutines <= base+margin {
 			return
 		}

@@ -40,6 +40,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/faulttest"
+	"github.com/settle/settle/internal/workerproc"
 )
 
 func main() {
@@ -122,7 +123,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 		return nil, err
 	}
 	logf("soak: %s at %.0f events/s, two workers, bank with faults; worker logs in %s", o.duration, o.rate, logDir)
-	var workers []*faulttest.Worker
+	var workers []*workerproc.Proc
 	defer func() {
 		for _, w := range workers {
 			_ = w.Stop(10 * time.Second)
@@ -130,8 +131,14 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 	}()
 	for i := range 2 {
 		name := fmt.Sprintf("w%d", i)
-		w, err := faulttest.StartWorker(ctx, o.bin, name, cluster.URL, filepath.Join(logDir, name+".log"), nil,
-			append(faulttest.WorkerFlags(bank.URL), "--log-level", "warn")...)
+		w, err := workerproc.Start(ctx, workerproc.Options{
+			Executable:    o.bin,
+			Name:          name,
+			DatabaseURL:   cluster.URL,
+			LogPath:       filepath.Join(logDir, name+".log"),
+			Args:          append(workerproc.FastFlags(bank.URL), "--log-level", "warn"),
+			DieWithParent: true,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -144,7 +151,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 	defer pool.Close()
 
 	p := &faulttest.Producer{URLs: func() []string {
-		return []string{workers[0].URL, workers[1].URL}
+		return []string{workers[0].URL(), workers[1].URL()}
 	}}
 	start := time.Now()
 	streamCtx, stopStream := context.WithTimeout(ctx, o.duration)
@@ -185,7 +192,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 	}
 	for _, w := range workers {
 		if !w.Alive() {
-			problems = append(problems, w.Name+" exited during the run:\n"+faulttest.Tail(w.LogPath, 20))
+			problems = append(problems, w.Name()+" exited during the run:\n"+workerproc.Tail(w.LogPath(), 20))
 		}
 	}
 	violations, err := faulttest.CheckInvariants(ctx, pool, bank, acked)
@@ -266,12 +273,12 @@ func stream(ctx context.Context, p *faulttest.Producer, rate float64) error {
 }
 
 // measure takes one sample.
-func measure(ctx context.Context, pool *pgxpool.Pool, workers []*faulttest.Worker, p *faulttest.Producer) (sample, error) {
+func measure(ctx context.Context, pool *pgxpool.Pool, workers []*workerproc.Proc, p *faulttest.Producer) (sample, error) {
 	var s sample
 	for _, w := range workers {
-		m, err := w.Metrics(ctx)
+		m, err := faulttest.ScrapeMetrics(ctx, w.URL())
 		if err != nil {
-			return s, fmt.Errorf("%s: %w", w.Name, err)
+			return s, fmt.Errorf("%s: %w", w.Name(), err)
 		}
 		if th, err := procThreads(w.PID()); err == nil {
 			m.Threads = th
