@@ -145,8 +145,8 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		return Report{}, err
 	}
 	defer func() {
-		if err := worker.stop(); err != nil {
-			note("worker: %v (log: %s)", err, worker.log)
+		if err := worker.Stop(workerStopTimeout); err != nil {
+			note("worker: %v (log: %s)", err, worker.LogPath())
 		} else if err == nil && rep.OK() && !o.Keep {
 			// A clean run leaves nothing behind; a failed one keeps the log.
 			_ = os.RemoveAll(dir)
@@ -159,12 +159,12 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		rep.Events, rep.Settlements, rep.Redeliveries, rep.Conflicts, o.Faults)
 	say("  database  %s", where)
 	say("  bank      %s (fakebank in-process: %s)", bank.url, describe(faults))
-	say("  worker    %s (settle worker, pid %d, log %s)", worker.url, worker.cmd.Process.Pid, worker.log)
+	say("  worker    %s (settle worker, pid %d, log %s)", worker.URL(), worker.PID(), worker.LogPath())
 	say("")
 
 	// Submit: first deliveries, then the redeliveries and conflicts.
 	bar := o.bar(rep.Events, "submitting")
-	sopts := submit.Options{URL: worker.url, Token: token, Concurrency: 16, OnResult: func(submit.Result) { bar.add(1) }}
+	sopts := submit.Options{URL: worker.URL(), Token: token, Concurrency: 16, OnResult: func(submit.Result) { bar.add(1) }}
 	first, err := submit.Run(ctx, bytes.NewReader(NDJSON(stream.First)), sopts)
 	if err != nil {
 		return rep, fmt.Errorf("error submitting the events: %w", err)
@@ -203,13 +203,13 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if o.Keep {
 		say("")
 		say("Still running (Ctrl-C to stop):")
-		say("  API        %s   (Authorization: Bearer %s)", worker.url, token)
-		say("  River UI   %s/riverui/   (user: anything, password: %s)", worker.url, token)
-		say("  metrics    curl -H 'Authorization: Bearer %s' %s/metrics", token, worker.url)
+		say("  API        %s   (Authorization: Bearer %s)", worker.URL(), token)
+		say("  River UI   %s/riverui/   (user: anything, password: %s)", worker.URL(), token)
+		say("  metrics    curl -H 'Authorization: Bearer %s' %s/metrics", token, worker.URL())
 		say("  bank       %s/admin/stats", bank.url)
 		say("  reconcile  DATABASE_URL='%s' settle reconcile", dbURL)
 		say("             DATABASE_URL='%s' settle reconcile bank --bank-url %s", dbURL, bank.url)
-		say("  submit     settle submit --url %s --api-token %s FILE", worker.url, token)
+		say("  submit     settle submit --url %s --api-token %s FILE", worker.URL(), token)
 		<-ctx.Done()
 	}
 	return rep, nil
