@@ -32,7 +32,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	stopped := false
 	defer func() {
 		if !stopped {
-			_ = w.stop()
+			_ = stopWorker(w)
 		}
 	}()
 
@@ -53,7 +53,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 				for k := range evs {
 					evs[k] = newEvent(fmt.Sprintf("e2e-%d", b+k), b+k)
 				}
-				if err := postBatch(ctx, client, w.base, evs); err != nil {
+				if err := postBatch(ctx, client, w.URL(), evs); err != nil {
 					errs <- err
 					for range batches { //nolint:revive // drain so the feeder ends
 					}
@@ -90,7 +90,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("error in the e2e run: %d of %d settlements confirmed after 5 minutes: %s", moved, cfg.E2ESettlements, w.errs)
+			return fmt.Errorf("error in the e2e run: %d of %d settlements confirmed after 5 minutes; the worker's log ends:\n%s", moved, cfg.E2ESettlements, workerLog(w))
 		}
 		select {
 		case <-time.After(20 * time.Millisecond):
@@ -117,13 +117,13 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 		return err
 	}
 	r.E2ECommitsPerSettlement = float64(commitsAfter-commitsBefore) / float64(cfg.E2ESettlements)
-	if r.WorkerPeakRSSMB, err = w.peakRSSMB(); err != nil {
+	if r.WorkerPeakRSSMB, err = w.PeakRSSMB(); err != nil {
 		return err
 	}
 	cfg.Logf("e2e_per_s %.1f, jobs_per_settlement %.2f, commits per settlement %.1f, worker_peak_rss_mb %.1f",
 		r.E2EPerS, r.JobsPerSettlement, r.E2ECommitsPerSettlement, r.WorkerPeakRSSMB)
 	stopped = true
-	return w.stop()
+	return stopWorker(w)
 }
 
 // dbCommits returns the committed transactions of the benchmark's database
