@@ -12,6 +12,7 @@ import (
 
 	"github.com/settle/settle/internal/testbin"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/testworker"
 	"github.com/settle/settle/internal/workerproc"
 )
 
@@ -34,31 +35,12 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-// start starts a worker against a fresh database; it is killed when the
-// test ends.
+// start starts a worker against a fresh database through testworker
+// (which is workerproc plus test cleanup); it is killed when the test ends.
 func start(t *testing.T, name string) *workerproc.Proc {
 	t.Helper()
-	db := testdb.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	p, err := workerproc.Start(ctx, workerproc.Options{
-		Executable:    testbin.Build(t),
-		Name:          name,
-		DatabaseURL:   db.URL,
-		LogPath:       filepath.Join(t.TempDir(), name+".log"),
-		Args:          []string{"--listen", "127.0.0.1:0", "--bank-url", "http://" + closedPort(t), "--log-format", "json"},
-		DieWithParent: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Kill()
-		if t.Failed() {
-			t.Logf("%s log tail:\n%s", name, workerproc.Tail(p.LogPath(), 30))
-		}
-	})
-	return p
+	return testworker.StartT(t, name, testdb.New(t).URL, nil,
+		"--listen", "127.0.0.1:0", "--bank-url", "http://"+closedPort(t), "--log-format", "json")
 }
 
 func TestStartAndStop(t *testing.T) {
