@@ -166,14 +166,20 @@ const (
 )
 
 // StartSend decides what a send_instruction job does: POST only a pending
-// settlement whose key the bank still remembers; a pending one whose first
-// attempt is older than the key TTL is only ever checked; anything else
-// belongs to reconciliation (or is finished).
-func StartSend(f Facts, p Policy, now time.Time) Action {
+// settlement that was never attempted. One that was attempted may have been
+// executed with its answer lost (a crash at send.after_bank, a database
+// failure while recording it), so it is settled by asking the status API
+// first (rule 5); it is POSTed again only after the bank answers 404 while
+// the key is young (DecideStatus). Re-POSTing straight away would measure
+// the key's age when the job starts, not when the request reaches the bank:
+// a resend claimed just before the TTL could arrive after the bank forgot
+// the key and pay twice. Anything else belongs to reconciliation (or is
+// finished).
+func StartSend(f Facts) Action {
 	switch {
 	case f.State != statemachine.Pending:
 		return ActionNone
-	case f.keyAlive(p, now):
+	case f.FirstAttemptAt.IsZero():
 		return ActionSend
 	default:
 		return ActionCheck

@@ -147,7 +147,7 @@ func (r *Resolver) Send(ctx context.Context, settlementID string, hook TxHook) (
 	if err != nil {
 		return Outcome{}, err
 	}
-	switch StartSend(f.Facts, r.policy(), r.now()) {
+	switch StartSend(f.Facts) {
 	case ActionSend:
 		return r.send(ctx, f, hook)
 	case ActionCheck:
@@ -321,8 +321,10 @@ func (r *Resolver) check(ctx context.Context, f facts, hook TxHook) (Outcome, er
 		return out, err
 	}
 	// Back to pending (recorded with the answer), then POST under the same
-	// key; the send re-checks the key's age against the committed
-	// first_attempt_at.
+	// key. The bank said it never saw the key while the key was young, so
+	// nothing was executed under it and this POST is a first execution;
+	// the claim in send re-checks the key's age against the committed
+	// first_attempt_at all the same.
 	out, err := r.apply(rctx, f, d, att, nil)
 	if err != nil || out.LostRace {
 		out.Action = ActionCheck
@@ -331,7 +333,14 @@ func (r *Resolver) check(ctx context.Context, f facts, hook TxHook) (Outcome, er
 	if ctx.Err() != nil {
 		return Outcome{}, fmt.Errorf("error resending settlement %s: %w", f.SettlementID, ctx.Err())
 	}
-	return r.Send(ctx, f.SettlementID, hook)
+	f, err = r.load(ctx, f.SettlementID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if f.State != statemachine.Pending {
+		return Outcome{SettlementID: f.SettlementID, Action: ActionNone, State: f.State, Done: true, LostRace: true}, nil
+	}
+	return r.send(ctx, f, hook)
 }
 
 // apply records the attempt's answer and carries decision d out in one

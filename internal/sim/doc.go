@@ -27,8 +27,8 @@
 //	go test ./internal/sim -run 'TestSimulation$' -sim.seed=86 -v   # replay one seed, print its schedule
 //
 // -sim.first=N starts the range elsewhere; -sim.margin=D configures the
-// engine's key TTL D below the bank's; -sim.checkfirst models the proposed
-// fix of the key-TTL boundary double payment (see keyttl_test.go).
+// engine's key TTL D below the bank's. keyttl_test.go keeps the smallest
+// schedule of the key-TTL boundary double payment the simulation found.
 //
 // It must never change the engine's behaviour to make a schedule pass: it
 // reaches the engine only through the engine's exported APIs and the

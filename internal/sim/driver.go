@@ -39,10 +39,6 @@ type Config struct {
 	// bank's (EngineKeyTTL): an operator's safety margin. Default 0, the
 	// documented setup (--bank-key-ttl equal to the bank's TTL).
 	KeyTTLMargin time.Duration
-	// SendChecksFirst models a proposed engine fix: a send of a pending
-	// settlement that was attempted before asks the bank's status first
-	// (Resolve) instead of POSTing again.
-	SendChecksFirst bool
 }
 
 // Result is what a run did and found.
@@ -539,16 +535,6 @@ func (r *run) resolverFn(a *actor, idx int, send bool, out *string) (func(contex
 	call, desc := rs.Resolve, "resolve "+id
 	if send {
 		call, desc = rs.Send, "send "+id
-	}
-	if send && r.cfg.SendChecksFirst {
-		call = func(ctx context.Context, id string, hook reconcile.TxHook) (reconcile.Outcome, error) {
-			var attempted bool
-			err := rs.DB.QueryRow(ctx, `SELECT first_attempt_at IS NOT NULL FROM settlements WHERE settlement_id = $1`, id).Scan(&attempted)
-			if err == nil && attempted {
-				return rs.Resolve(ctx, id, hook)
-			}
-			return rs.Send(ctx, id, hook)
-		}
 	}
 	return func(ctx context.Context) {
 		o, err := call(ctx, id, nil)

@@ -10,27 +10,29 @@ import (
 	"github.com/settle/settle/internal/testdb"
 )
 
-// TestKeyTTLBoundaryResend is the smallest schedule of the double payment
-// the simulation found (seeds 86, 481 and 788 of the default range). The
-// engine re-sends a pending settlement whose first attempt is younger than
-// the key TTL, judging the age when it claims the send; the POST reaches
-// the bank later (latency, and the client's in-call retries). If the bank
-// executed the first POST but the answer died with the process, and the
-// re-send is claimed less than one call's duration before the TTL ends, the
-// bank has forgotten the key when the POST arrives and pays again.
+// TestKeyTTLBoundaryResend is the smallest schedule of a double payment the
+// simulation found (seeds 86, 481, 788, 1559 and 1803 of the first 2000),
+// kept as a regression test. The engine used to re-send a pending
+// settlement whose first attempt was younger than the key TTL, judging the
+// age when it claimed the send; the POST reached the bank later (latency,
+// the client's in-call retries). If the bank had executed the first POST
+// but the answer died with the process, and the re-send was claimed less
+// than one call's duration before the TTL ended, the bank had forgotten the
+// key when the POST arrived and paid again.
 //
 //  1. s00 is delivered; Send POSTs it, the bank executes pay_1, the
 //     process dies before recording the answer (crash point
 //     send.after_bank): s00 stays pending with first_attempt_at = T.
 //  2. The clock moves to T + KeyTTL - 1s (the job is retried late).
-//  3. Send: the key is 59m59s old, younger than the TTL, so it POSTs; the
-//     request spends 2s on the wire, the bank forgets the key at T + TTL
-//     and executes pay_2.
-//  4. Recovery confirms s00: the bank has paid it twice.
+//  3. Send, 2s on the wire each way.
 //
-// With the engine's key TTL configured below the bank's by at least the
-// longest bank call (Config.KeyTTLMargin), the same schedule is safe: the
-// engine checks the status instead and confirms pay_1.
+// Now a send of a settlement attempted before asks the bank's status first
+// (reconcile.StartSend). Without a margin the status call itself arrives
+// after the bank forgot the key: 404 past the TTL, so the engine never
+// re-sends and flags it needs_investigation (rule 9) — safe, and the
+// operator finds it in `settle reconcile`. With the engine's key TTL below
+// the bank's by one bank call (the margin README recommends), the status
+// call finds pay_1 and s00 is confirmed. Either way the bank paid once.
 func TestKeyTTLBoundaryResend(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -67,10 +69,14 @@ func TestKeyTTLBoundaryResend(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(res.Violations) > 0 {
-				t.Errorf("exactly-once broken at the key TTL boundary (reconcile: StartSend/keyAlive and the claim in Resolver.send judge the key's age when the send is claimed, not when the POST reaches the bank):\n%s", res.Report())
+				t.Errorf("exactly-once broken at the key TTL boundary:\n%s", res.Report())
 			}
-			if res.Stats.Confirmed != 1 {
-				t.Errorf("s00 not confirmed:\n%s", strings.Join(res.Trace, "\n"))
+			want := "confirmed"
+			if tc.margin == 0 {
+				want = "flagged"
+			}
+			if got := map[bool]string{res.Stats.Confirmed == 1: "confirmed", res.Stats.Flagged == 1: "flagged"}[true]; got != want {
+				t.Errorf("s00 ended %q, want %q:\n%s", got, want, strings.Join(res.Trace, "\n"))
 			}
 		})
 	}

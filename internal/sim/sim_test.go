@@ -21,7 +21,6 @@ var (
 	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed, verbosely (replay a failure)")
 	flagFirst  = flag.Uint64("sim.first", 1, "first seed of the range TestSimulation runs")
 	flagMargin = flag.Duration("sim.margin", 0, "configure the engine's key TTL this much below the bank's")
-	flagFix    = flag.Bool("sim.checkfirst", false, "model the proposed fix: a send of an attempted settlement asks the status first")
 )
 
 func TestMain(m *testing.M) {
@@ -63,7 +62,7 @@ func TestSimulation(t *testing.T) {
 	ctx := context.Background()
 	if *flagSeed != 0 {
 		db := testdb.New(t)
-		res, err := Run(ctx, db.Pool, Config{Seed: *flagSeed, KeyTTLMargin: *flagMargin, SendChecksFirst: *flagFix})
+		res, err := Run(ctx, db.Pool, Config{Seed: *flagSeed, KeyTTLMargin: *flagMargin})
 		if err != nil {
 			t.Fatalf("seed %d: harness error: %v", *flagSeed, err)
 		}
@@ -112,7 +111,7 @@ func TestSimulation(t *testing.T) {
 					mu.Unlock()
 					continue
 				}
-				res, err := Run(ctx, pool, Config{Seed: seed, KeyTTLMargin: *flagMargin, SendChecksFirst: *flagFix})
+				res, err := Run(ctx, pool, Config{Seed: seed, KeyTTLMargin: *flagMargin})
 				mu.Lock()
 				runs++
 				if err != nil {
