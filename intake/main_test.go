@@ -8,8 +8,4 @@ import (
 	"github.com/settle/settle/internal/testdb"
 )
 
-func TestMain(m *testing.M) {
-	code := testdb.Main(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }

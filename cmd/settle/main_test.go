@@ -10,8 +10,4 @@ import (
 
 // TestMain stops the private PostgreSQL cluster (if a test started one)
 // and removes the test binary when the package's tests are done.
-func TestMain(m *testing.M) {
-	code := testdb.Main(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }

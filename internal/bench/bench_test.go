@@ -15,11 +15,7 @@ import (
 	"github.com/settle/settle/internal/testdb"
 )
 
-func TestMain(m *testing.M) {
-	code := testdb.Main(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
 
 // requiredFields are the figures issue 8 asks of every run.
 var requiredFields = []string{

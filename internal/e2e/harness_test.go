@@ -22,11 +22,7 @@ import (
 	"github.com/settle/settle/internal/testworker"
 )
 
-func TestMain(m *testing.M) {
-	code := testdb.Main(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
 
 // bank is an in-process fakebank whose HTTP requests are counted.
 type bank struct {

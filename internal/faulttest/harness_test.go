@@ -16,11 +16,7 @@ import (
 	"github.com/settle/settle/internal/testworker"
 )
 
-func TestMain(m *testing.M) {
-	code := testdb.Main(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
 
 // deadline returns a context that ends after d (generous: these tests run
 // on a loaded 2-core machine) or when the test ends.

@@ -37,10 +37,14 @@ var (
 	urlOf     func(db string) string
 )
 
-// Main runs the tests of a package and then stops the private cluster, if
-// one was started. Use it from TestMain: os.Exit(testdb.Main(m)).
-func Main(m *testing.M) int {
+// Main runs the tests of a package, then the after functions (for example
+// testbin.Cleanup), then stops the private cluster if one was started. Use
+// it from TestMain: os.Exit(testdb.Main(m, testbin.Cleanup)).
+func Main(m *testing.M, after ...func()) int {
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	Shutdown()
 	return code
 }

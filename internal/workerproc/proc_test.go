@@ -16,11 +16,7 @@ import (
 	"github.com/settle/settle/internal/workerproc"
 )
 
-func TestMain(m *testing.M) {
-	code := testdb.Main(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
 
 // closedPort returns an address nothing listens on: the worker's bank,
 // which these tests never reach.
