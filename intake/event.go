@@ -31,17 +31,21 @@ const (
 // (SettlementID, AccountID, AmountCents, Currency, Beneficiary) define the
 // operation and its payload hash; OccurredAt and EventID describe the
 // delivery and never affect the hash.
+//
+// The JSON tags are the API's wire format, for producers (submit, the demo,
+// the tests) that encode events; DecodeEvent does not use them: it decodes
+// strictly, token by token.
 type Event struct {
-	SettlementID string
-	AccountID    string
-	AmountCents  int64
-	Currency     string
-	Beneficiary  string
+	SettlementID string `json:"settlement_id"`
+	AccountID    string `json:"account_id"`
+	AmountCents  int64  `json:"amount_cents"`
+	Currency     string `json:"currency"`
+	Beneficiary  string `json:"beneficiary"`
 	// OccurredAt is when the producer says the event happened; zero when
 	// the event did not say.
-	OccurredAt time.Time
+	OccurredAt time.Time `json:"occurred_at,omitzero"`
 	// EventID is the producer's id of this message; empty when absent.
-	EventID string
+	EventID string `json:"event_id,omitempty"`
 }
 
 // Kinds of invalid input, matched with errors.Is on an *InvalidError.

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/intake"
 )
 
 // measureE2E pays cfg.E2ESettlements settlements through a settle worker
@@ -49,7 +50,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 		go func() {
 			for b := range batches {
 				n := min(cfg.BatchSize, cfg.E2ESettlements-b)
-				evs := make([]event, n)
+				evs := make([]intake.Event, n)
 				for k := range evs {
 					evs[k] = newEvent(fmt.Sprintf("e2e-%d", b+k), b+k)
 				}

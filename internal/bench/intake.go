@@ -64,18 +64,8 @@ func newHTTPClient(concurrency int) *http.Client {
 	return &http.Client{Transport: t, Timeout: time.Minute}
 }
 
-// event is the JSON of one settlement event.
-type event struct {
-	SettlementID string `json:"settlement_id"`
-	AccountID    string `json:"account_id"`
-	AmountCents  int64  `json:"amount_cents"`
-	Currency     string `json:"currency"`
-	Beneficiary  string `json:"beneficiary"`
-	EventID      string `json:"event_id,omitempty"`
-}
-
-func newEvent(id string, n int) event {
-	return event{SettlementID: id, AccountID: "acc-" + strconv.Itoa(n%997), AmountCents: int64(100 + n%100000),
+func newEvent(id string, n int) intake.Event {
+	return intake.Event{SettlementID: id, AccountID: "acc-" + strconv.Itoa(n%997), AmountCents: int64(100 + n%100000),
 		Currency: "EUR", Beneficiary: "DE89 3704 0044 0532 0130 00", EventID: "msg-" + id}
 }
 
@@ -111,7 +101,7 @@ type batchCounts struct {
 }
 
 // postBatch posts evs as one batch and checks that every event was created.
-func postBatch(ctx context.Context, c *http.Client, base string, evs []event) error {
+func postBatch(ctx context.Context, c *http.Client, base string, evs []intake.Event) error {
 	body, err := json.Marshal(evs)
 	if err != nil {
 		return fmt.Errorf("error encoding batch: %w", err)
@@ -168,7 +158,7 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Resul
 	cfg.Logf("intake_single_per_s %.1f", r.IntakeSinglePerS)
 
 	n, el, err = loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
-		evs := make([]event, cfg.BatchSize)
+		evs := make([]intake.Event, cfg.BatchSize)
 		for k := range evs {
 			evs[k] = newEvent(fmt.Sprintf("batch-%d-%d-%d", w, i, k), k)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/settle/settle/intake"
 )
 
 // measureReplay times redeliveries of stored events through the API, one
@@ -24,7 +25,7 @@ func measureReplay(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Resul
 	defer a.close()
 	bodies := make([][]byte, cfg.ReplaySamples)
 	for b := 0; b < cfg.ReplaySamples; b += 1000 {
-		evs := make([]event, min(1000, cfg.ReplaySamples-b))
+		evs := make([]intake.Event, min(1000, cfg.ReplaySamples-b))
 		for k := range evs {
 			evs[k] = newEvent(fmt.Sprintf("replay-%d", b+k), b+k)
 			if bodies[b+k], err = json.Marshal(evs[k]); err != nil {

@@ -6,18 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-)
 
-// event is one payout event as a producer would send it.
-type event struct {
-	SettlementID string    `json:"settlement_id"`
-	AccountID    string    `json:"account_id"`
-	AmountCents  int64     `json:"amount_cents"`
-	Currency     string    `json:"currency"`
-	Beneficiary  string    `json:"beneficiary"`
-	OccurredAt   time.Time `json:"occurred_at"`
-	EventID      string    `json:"event_id"`
-}
+	"github.com/settle/settle/intake"
+)
 
 // Stream is the demo's generated traffic: first deliveries, then
 // redeliveries of some of them (same business fields, another event id and
@@ -54,9 +45,9 @@ func Generate(n int, seed int64, now time.Time) Stream {
 	}
 	redeliveries := max(0, n-unique-conflicts)
 	st := Stream{Amounts: make(map[string]int64, unique), Redeliveries: redeliveries, Conflicts: conflicts}
-	evs := make([]event, unique)
+	evs := make([]intake.Event, unique)
 	for i := range evs {
-		evs[i] = event{
+		evs[i] = intake.Event{
 			SettlementID: fmt.Sprintf("demo-%04d", i+1),
 			AccountID:    fmt.Sprintf("acc-%d", 1+rng.IntN(5)),
 			AmountCents:  100 + rng.Int64N(250_000),
@@ -96,7 +87,7 @@ func NDJSON(lines [][]byte) []byte {
 // mustLine encodes e; reordered writes the keys in another order with
 // extra spaces, as another producer would, which must not change the
 // payload hash.
-func mustLine(e event, reordered bool) []byte {
+func mustLine(e intake.Event, reordered bool) []byte {
 	if !reordered {
 		b, err := json.Marshal(e)
 		if err != nil {

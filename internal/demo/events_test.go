@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/settle/settle/intake"
 )
 
 func TestGenerate(t *testing.T) {
@@ -20,7 +22,7 @@ func TestGenerate(t *testing.T) {
 		// conflict changes the amount of a known settlement.
 		conflicts, redeliveries := 0, 0
 		for _, line := range st.Again {
-			var e event
+			var e intake.Event
 			if err := json.Unmarshal(line, &e); err != nil {
 				t.Fatalf("n=%d: %v: %s", n, err, line)
 			}

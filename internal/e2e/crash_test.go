@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/testdb"
 	"github.com/settle/settle/internal/workerproc"
@@ -27,7 +28,7 @@ func TestCrashPoints(t *testing.T) {
 			// reconcile_settlement job, after the send.
 			b := startBank(t, 1, bankclient.Faults{SettleDelayMS: 300})
 			flags := workerFlags(b.url)
-			ev := event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: "EUR", Beneficiary: "bene-1", EventID: "first"}
+			ev := intake.Event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: "EUR", Beneficiary: "bene-1", EventID: "first"}
 
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)
 			code, err := post(w1.URL(), ev)

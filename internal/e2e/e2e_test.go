@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testdb"
 	"github.com/settle/settle/internal/testworker"
 )
@@ -49,9 +50,9 @@ func TestEndToEnd(t *testing.T) {
 	// same business payload), and at the end 5 conflicting payloads.
 	rng := rand.New(rand.NewPCG(42, 5))
 	want := make(map[string]int64, n)
-	var stream []event
+	var stream []intake.Event
 	for i := range n {
-		ev := event{
+		ev := intake.Event{
 			SettlementID: fmt.Sprintf("e2e-%04d", i),
 			AccountID:    fmt.Sprintf("acc-%03d", i%37),
 			AmountCents:  int64(100 + rng.IntN(1_000_000)),
@@ -67,7 +68,7 @@ func TestEndToEnd(t *testing.T) {
 		dup.EventID = fmt.Sprintf("evt-%04d-b", i)
 		// Redelivered somewhere later in the stream.
 		at := min(i+1+rng.IntN(120), len(stream))
-		stream = append(stream[:at], append([]event{dup}, stream[at:]...)...)
+		stream = append(stream[:at], append([]intake.Event{dup}, stream[at:]...)...)
 	}
 	for i := range conflicts {
 		c := stream[i*97]
@@ -153,7 +154,7 @@ func TestEndToEnd(t *testing.T) {
 
 // deliverBatch delivers evs to worker bi%3, and to the others in turn when
 // that one gives no answer (it was killed): the producer redelivers.
-func deliverBatch(t *testing.T, urls *lockedURLs, bi int, evs []event) []int {
+func deliverBatch(t *testing.T, urls *lockedURLs, bi int, evs []intake.Event) []int {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for try := 0; time.Now().Before(deadline); try++ {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testbin"
 	"github.com/settle/settle/internal/testdb"
 	"github.com/settle/settle/internal/testworker"
@@ -98,21 +99,11 @@ func waitExit(t *testing.T, w *testworker.Worker, within time.Duration) *os.Proc
 	return ps
 }
 
-// event is one payout event as a producer sends it.
-type event struct {
-	SettlementID string `json:"settlement_id"`
-	AccountID    string `json:"account_id"`
-	AmountCents  int64  `json:"amount_cents"`
-	Currency     string `json:"currency"`
-	Beneficiary  string `json:"beneficiary"`
-	EventID      string `json:"event_id,omitempty"`
-}
-
 var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 // post sends one event; it returns the status code, or an error when the
 // worker gave no answer (it died).
-func post(baseURL string, ev event) (int, error) {
+func post(baseURL string, ev intake.Event) (int, error) {
 	body, _ := json.Marshal(ev)
 	resp, err := httpClient.Post(baseURL+"/v1/settlements", "application/json", bytes.NewReader(body))
 	if err != nil {
@@ -124,7 +115,7 @@ func post(baseURL string, ev event) (int, error) {
 }
 
 // postBatch sends events as one NDJSON batch and returns one status per event.
-func postBatch(baseURL string, evs []event) ([]int, error) {
+func postBatch(baseURL string, evs []intake.Event) ([]int, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for _, ev := range evs {

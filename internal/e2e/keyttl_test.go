@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testdb"
 )
 
@@ -22,7 +23,7 @@ func TestKeyTTLNeverResends(t *testing.T) {
 	b := startBank(t, 3, bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500})
 	flags := append(workerFlags(b.url), "--bank-key-ttl", "1s", "--check-interval", "3s", "--max-check-interval", "3s")
 	w := startWorker(t, "w", db.URL, nil, flags...)
-	ev := event{SettlementID: "ttl-1", AccountID: "acc", AmountCents: 777, Currency: "EUR", Beneficiary: "bene"}
+	ev := intake.Event{SettlementID: "ttl-1", AccountID: "acc", AmountCents: 777, Currency: "EUR", Beneficiary: "bene"}
 	if code, err := post(w.URL(), ev); err != nil || code != http.StatusCreated {
 		t.Fatalf("post = %d, %v", code, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testdb"
 )
 
@@ -22,9 +23,9 @@ func TestGracefulShutdownWithBankCallsInFlight(t *testing.T) {
 	b := startBank(t, 9, faults)
 	flags := workerFlags(b.url)
 	w := startWorker(t, "w", db.URL, nil, flags...)
-	evs := make([]event, 20)
+	evs := make([]intake.Event, 20)
 	for i := range evs {
-		evs[i] = event{SettlementID: "gs-" + string(rune('a'+i)), AccountID: "acc", AmountCents: int64(100 + i), Currency: "EUR", Beneficiary: "bene"}
+		evs[i] = intake.Event{SettlementID: "gs-" + string(rune('a'+i)), AccountID: "acc", AmountCents: int64(100 + i), Currency: "EUR", Beneficiary: "bene"}
 	}
 	if st, err := postBatch(w.URL(), evs); err != nil || st[0] != http.StatusCreated {
 		t.Fatalf("batch = %v, %v", st, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/testbin"
 	"github.com/settle/settle/internal/testdb"
@@ -72,8 +73,8 @@ func startWorker(t *testing.T, name, dbURL string, args ...string) *testworker.W
 }
 
 // events returns n events of a run named prefix.
-func events(prefix string, n int) []Event {
-	evs := make([]Event, n)
+func events(prefix string, n int) []intake.Event {
+	evs := make([]intake.Event, n)
 	for i := range evs {
 		evs[i] = NewEvent(prefix, i)
 	}

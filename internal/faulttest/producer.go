@@ -11,21 +11,13 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/settle/settle/intake"
 )
 
-// Event is one payout event as a producer sends it.
-type Event struct {
-	SettlementID string `json:"settlement_id"`
-	AccountID    string `json:"account_id"`
-	AmountCents  int64  `json:"amount_cents"`
-	Currency     string `json:"currency"`
-	Beneficiary  string `json:"beneficiary"`
-	EventID      string `json:"event_id,omitempty"`
-}
-
 // NewEvent returns event number i of a run named prefix.
-func NewEvent(prefix string, i int) Event {
-	return Event{
+func NewEvent(prefix string, i int) intake.Event {
+	return intake.Event{
 		SettlementID: fmt.Sprintf("%s-%06d", prefix, i),
 		AccountID:    fmt.Sprintf("acc-%03d", i%37),
 		AmountCents:  int64(100 + (i*7919)%1_000_000),
@@ -105,7 +97,7 @@ func (p *Producer) record(fn func(s *ProducerStats)) {
 // Deliver posts ev until it is acknowledged. It returns an error when the
 // API refuses it for good (an answer other than 201, 200, 503 or 429) or
 // ctx ends first.
-func (p *Producer) Deliver(ctx context.Context, ev Event) error {
+func (p *Producer) Deliver(ctx context.Context, ev intake.Event) error {
 	body, err := json.Marshal(ev)
 	if err != nil {
 		return err
@@ -177,10 +169,10 @@ func (p *Producer) Deliver(ctx context.Context, ev Event) error {
 // Stream delivers events with concurrency deliveries at once, each
 // goroutine taking the next event once its current one is acknowledged,
 // and returns the first error (after the others finished or ctx ended).
-func (p *Producer) Stream(ctx context.Context, events []Event, concurrency int) error {
+func (p *Producer) Stream(ctx context.Context, events []intake.Event, concurrency int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	next := make(chan Event)
+	next := make(chan intake.Event)
 	errs := make(chan error, concurrency)
 	var wg sync.WaitGroup
 	for range concurrency {

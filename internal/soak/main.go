@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/faulttest"
 	"github.com/settle/settle/internal/workerproc"
@@ -232,7 +233,7 @@ func stream(ctx context.Context, p *faulttest.Producer, rate float64) error {
 		mu       sync.Mutex
 		firstErr error
 	)
-	deliver := func(ev faulttest.Event) {
+	deliver := func(ev intake.Event) {
 		defer wg.Done()
 		defer func() { <-sem }()
 		// The stream ending is not the event's failure: give it time.
@@ -253,7 +254,7 @@ func stream(ctx context.Context, p *faulttest.Producer, rate float64) error {
 			return firstErr
 		case <-tick.C:
 		}
-		evs := []faulttest.Event{faulttest.NewEvent("soak", i)}
+		evs := []intake.Event{faulttest.NewEvent("soak", i)}
 		if i >= 50 && i%10 == 0 {
 			dup := faulttest.NewEvent("soak", i-50)
 			dup.EventID += "-again"
