@@ -138,24 +138,13 @@ func (r *Resolver) log() *slog.Logger {
 }
 
 // Send is the body of the send_instruction job: it POSTs a pending
-// settlement's instruction under its stable key and applies the answer. A
-// settlement that is no longer pending is left alone (reconciliation owns
-// it); a pending one whose first attempt is older than the key TTL is only
-// checked, never sent. hook may be nil.
+// settlement that was never attempted under its stable key and applies the
+// answer. A pending one that was attempted before is checked by key first
+// (its answer may have been lost after the bank executed it); a settlement
+// that is no longer pending is left alone (reconciliation owns it). hook
+// may be nil.
 func (r *Resolver) Send(ctx context.Context, settlementID string, hook TxHook) (Outcome, error) {
-	f, err := r.load(ctx, settlementID)
-	if err != nil {
-		return Outcome{}, err
-	}
-	switch StartSend(f.Facts) {
-	case ActionSend:
-		return r.send(ctx, f, hook)
-	case ActionCheck:
-		return r.check(ctx, f, hook)
-	}
-	r.log().LogAttrs(ctx, slog.LevelInfo, "send: nothing to do",
-		slog.String("settlement_id", settlementID), slog.String("state", string(f.State)))
-	return Outcome{SettlementID: settlementID, Action: ActionNone, State: f.State, Done: true}, nil
+	return r.start(ctx, settlementID, hook, StartSend, "send")
 }
 
 // Resolve asks the bank for a settlement's status by key now and applies
@@ -164,17 +153,23 @@ func (r *Resolver) Send(ctx context.Context, settlementID string, hook TxHook) (
 // is sent; one the bank never saw is resent under the same key while the key
 // is young. hook may be nil.
 func (r *Resolver) Resolve(ctx context.Context, settlementID string, hook TxHook) (Outcome, error) {
+	return r.start(ctx, settlementID, hook, StartResolve, "resolve")
+}
+
+// start loads a settlement and does what decide says: send, check, or
+// nothing.
+func (r *Resolver) start(ctx context.Context, settlementID string, hook TxHook, decide func(Facts) Action, what string) (Outcome, error) {
 	f, err := r.load(ctx, settlementID)
 	if err != nil {
 		return Outcome{}, err
 	}
-	switch StartResolve(f.Facts) {
+	switch decide(f.Facts) {
 	case ActionSend:
 		return r.send(ctx, f, hook)
 	case ActionCheck:
 		return r.check(ctx, f, hook)
 	}
-	r.log().LogAttrs(ctx, slog.LevelDebug, "resolve: nothing to do",
+	r.log().LogAttrs(ctx, slog.LevelDebug, what+": nothing to do",
 		slog.String("settlement_id", settlementID), slog.String("state", string(f.State)))
 	return Outcome{SettlementID: settlementID, Action: ActionNone, State: f.State, Done: true}, nil
 }
