@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/testworker"
 	"github.com/settle/settle/internal/workerproc"
 )
 
 // TestPostgresRestart restarts PostgreSQL (fast and immediate shutdown)
-// while a producer streams events through the API and the worker's jobs
-// talk to a slightly faulty bank. While the server is down, intake answers
-// 503 with Retry-After (never a 500) and /readyz says not ready; the same
-// worker process reconnects on its own once it is back; every event it
+// while a producer streams events through the APIs of two workers and their
+// jobs talk to a slightly faulty bank. While the server is down, intake
+// answers 503 with Retry-After (never a 500) and /readyz says not ready; the
+// same worker processes reconnect on their own once it is back; every event it
 // acknowledged with 201/200 is stored, every settlement ends terminal, with
 // one movement per confirmed settlement and none otherwise, and the bank
 // paid nothing twice.
@@ -32,8 +33,9 @@ func TestPostgresRestart(t *testing.T) {
 				DropResponseRate: 0.05, StatusErrorRate: 0.05, LatencyMaxMS: 20, SettleDelayMS: 200,
 			})
 			w := startWorker(t, "w-"+mode.name, cluster.URL, workerproc.FastFlags(bank.URL)...)
+			w2 := startWorker(t, "w2-"+mode.name, cluster.URL, workerproc.FastFlags(bank.URL)...)
 			pool := connect(t, cluster.URL)
-			p := &Producer{URLs: urls(w)}
+			p := &Producer{URLs: urls(w, w2)}
 
 			ctx := deadline(t, 4*time.Minute)
 			streamed := make(chan error, 1)
@@ -48,13 +50,17 @@ func TestPostgresRestart(t *testing.T) {
 			waitFor(t, ctx, "503 answers while PostgreSQL is down", func() bool {
 				return p.Stats().ByStatus[http.StatusServiceUnavailable] >= before+20
 			})
-			if code := get(t, w.URL()+"/readyz"); code != http.StatusServiceUnavailable {
-				t.Errorf("/readyz answered %d while PostgreSQL is down, want 503", code)
+			for _, wk := range []*testworker.Worker{w, w2} {
+				if code := get(t, wk.URL()+"/readyz"); code != http.StatusServiceUnavailable {
+					t.Errorf("%s: /readyz answered %d while PostgreSQL is down, want 503", wk.Name(), code)
+				}
 			}
 			if err := cluster.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, ctx, "/readyz after the restart", func() bool { return get(t, w.URL()+"/readyz") == http.StatusOK })
+			for _, wk := range []*testworker.Worker{w, w2} {
+				waitFor(t, ctx, wk.Name()+" /readyz after the restart", func() bool { return get(t, wk.URL()+"/readyz") == http.StatusOK })
+			}
 
 			if err := <-streamed; err != nil {
 				t.Fatalf("stream: %v", err)
@@ -62,8 +68,8 @@ func TestPostgresRestart(t *testing.T) {
 			if err := WaitTerminal(ctx, pool, n); err != nil {
 				t.Fatal(err)
 			}
-			if !w.Alive() {
-				t.Fatal("the worker exited instead of reconnecting")
+			if !w.Alive() || !w2.Alive() {
+				t.Fatal("a worker exited instead of reconnecting")
 			}
 			st := checkProducer(t, p)
 			if st.ByStatus[http.StatusServiceUnavailable] == 0 {
