@@ -43,12 +43,13 @@ func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	url := fs.String("url", "http://127.0.0.1:8080", "base URL of the settle API")
 	token := fs.String("api-token", "", "API token, sent as Authorization: Bearer (never printed)")
 	concurrency := fs.Int("concurrency", 8, "requests in flight")
+	batch := fs.Int("batch", 0, "post up to this many events per request to /v1/settlements/batch (at most 1000; 0: one event per request); every line still gets its own outcome")
 	retryFor := fs.Duration("retry-for", 2*time.Minute, "how long to keep retrying one event that gets no definitive answer")
 	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if fs.NArg() > 1 || *concurrency < 1 {
+	if fs.NArg() > 1 || *concurrency < 1 || *batch < 0 || *batch > submit.MaxBatch {
 		fs.Usage()
 		return exitError
 	}
@@ -59,7 +60,7 @@ func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	}
 	defer in.Close()
 
-	opts := submit.Options{URL: *url, Token: *token, Concurrency: *concurrency, RetryFor: *retryFor}
+	opts := submit.Options{URL: *url, Token: *token, Concurrency: *concurrency, Batch: *batch, RetryFor: *retryFor}
 	var bar *progressbar.ProgressBar
 	if ops.IsTerminal(s.Err) {
 		bar = progressbar.NewOptions(total,

@@ -75,6 +75,11 @@ type Options struct {
 	Token string
 	// Concurrency is the number of requests in flight (default 8).
 	Concurrency int
+	// Batch, when above 1, posts up to this many events per request to
+	// POST /v1/settlements/batch (at most 1000); each event still gets its
+	// own outcome. A batch the API refuses as a whole is sent again event
+	// by event, so one bad line never costs the others their answer.
+	Batch int
 	// RetryFor bounds the time spent retrying one event (default 2m).
 	RetryFor time.Duration
 	// InitialBackoff is the first retry delay (default 100ms); later
@@ -113,8 +118,8 @@ type Summary struct {
 	Conflict int `json:"conflict"`
 	Invalid  int `json:"invalid"`
 	Errors   int `json:"errors"`
-	// Retries is the number of requests sent again after an answer that
-	// was not definitive.
+	// Retries counts the times an event was sent again after an answer
+	// that was not definitive (in batch mode, once per event of the batch).
 	Retries int `json:"retries"`
 	// DurationSeconds is the wall time of the run.
 	DurationSeconds float64 `json:"duration_seconds"`
@@ -158,6 +163,10 @@ type job struct {
 	line int
 	id   string
 	body []byte
+	// alone is set for a line that is not a JSON object: the batch
+	// endpoint would read a line holding an array as several events, so it
+	// goes to the single endpoint, which refuses it like any bad line.
+	alone bool
 }
 
 // Run reads NDJSON events from r and posts them to the API. Blank lines are
@@ -182,12 +191,16 @@ func Run(ctx context.Context, r io.Reader, o Options) (Summary, error) {
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 30 * time.Second}
 	}
+	if o.Batch > MaxBatch {
+		return Summary{}, fmt.Errorf("%w: --batch is at most %d", ErrFatal, MaxBatch)
+	}
 	endpoint := strings.TrimSuffix(o.URL, "/") + "/v1/settlements"
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	jobs := make(chan job)
+	jobs := make(chan []job)
 	results := make(chan Result)
+	size := max(o.Batch, 1)
 	var readErr error
 	var wg sync.WaitGroup
 
@@ -195,6 +208,24 @@ func Run(ctx context.Context, r io.Reader, o Options) (Summary, error) {
 	go func() { // the reader
 		defer wg.Done()
 		defer close(jobs)
+		var group []job
+		flush := func() bool {
+			if len(group) == 0 {
+				return true
+			}
+			select {
+			case jobs <- group:
+				group = nil
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		defer func() {
+			if readErr == nil {
+				flush()
+			}
+		}()
 		readErr = ReadLines(r, func(n int, line []byte, tooLong bool) bool {
 			res, ok := check(n, line, tooLong)
 			if !ok {
@@ -205,24 +236,39 @@ func Run(ctx context.Context, r io.Reader, o Options) (Summary, error) {
 					return false
 				}
 			}
-			select {
-			case jobs <- job{line: n, id: res.SettlementID, body: line}:
-				return true
-			case <-ctx.Done():
-				return false
+			j := job{line: n, id: res.SettlementID, body: line}
+			if size > 1 && !bytes.HasPrefix(bytes.TrimLeft(line, " \t\r"), []byte("{")) {
+				j.alone = true
+				if !flush() {
+					return false
+				}
+				group = []job{j}
+				return flush()
 			}
+			group = append(group, j)
+			if len(group) < size {
+				return true
+			}
+			return flush()
 		})
 	}()
 	for range o.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range jobs {
-				res := post(ctx, o, endpoint, j)
-				if res.fatal {
-					cancel(fmt.Errorf("%w: line %d: %s", ErrFatal, j.line, res.Detail))
+			for group := range jobs {
+				var out []posted
+				if len(group) == 1 && (o.Batch <= 1 || group[0].alone) {
+					out = []posted{post(ctx, o, endpoint, group[0])}
+				} else {
+					out = postBatch(ctx, o, endpoint, group)
 				}
-				results <- res.Result
+				for _, res := range out {
+					if res.fatal {
+						cancel(fmt.Errorf("%w: line %d: %s", ErrFatal, res.Line, res.Detail))
+					}
+					results <- res.Result
+				}
 			}
 		}()
 	}
@@ -337,35 +383,119 @@ type posted struct {
 // post sends one event until it gets a definitive answer, the retry budget
 // is spent, or ctx ends.
 func post(ctx context.Context, o Options, endpoint string, j job) posted {
+	res := Result{Line: j.line, SettlementID: j.id}
+	a := retry(ctx, o, endpoint, j.body, classify)
+	res.Attempts, res.Status = a.attempts, a.status
+	if !a.done {
+		res.Outcome, res.Detail = Error, a.detail
+		return posted{Result: res}
+	}
+	res.Outcome, res.State, res.Detail = a.c.Outcome, a.c.State, a.c.Detail
+	return posted{Result: res, fatal: a.c.fatal}
+}
+
+// MaxBatch is the largest batch the API takes.
+const MaxBatch = 1000
+
+// postBatch sends a group of events in one request to the batch endpoint
+// and maps the answer back to one result per event, in order. When the API
+// answers the batch as a whole with a definitive refusal other than a bad
+// token or URL (a body it cannot split, say), the events are sent again one
+// by one, so each still gets its own answer.
+func postBatch(ctx context.Context, o Options, endpoint string, js []job) []posted {
+	body := bytes.Join(func() [][]byte {
+		lines := make([][]byte, len(js))
+		for i, j := range js {
+			lines[i] = j.body
+		}
+		return lines
+	}(), []byte("\n"))
+	var items []struct {
+		Status int             `json:"status"`
+		Body   json.RawMessage `json:"body"`
+	}
+	a := retry(ctx, o, endpoint+"/batch", body, func(status int, b []byte) (classified, bool) {
+		if status != http.StatusOK {
+			return classify(status, b)
+		}
+		var br struct {
+			Results []struct {
+				Status int             `json:"status"`
+				Body   json.RawMessage `json:"body"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal(b, &br); err != nil || len(br.Results) != len(js) {
+			return classified{Outcome: Error, Detail: fmt.Sprintf("batch answer with %d results for %d events", len(br.Results), len(js))}, true
+		}
+		items = br.Results
+		return classified{Outcome: Created}, true
+	})
+	out := make([]posted, len(js))
+	for i, j := range js {
+		res := Result{Line: j.line, SettlementID: j.id, Attempts: a.attempts}
+		switch {
+		case !a.done:
+			res.Outcome, res.Status, res.Detail = Error, a.status, a.detail
+			out[i] = posted{Result: res}
+		case items == nil && a.c.fatal:
+			res.Outcome, res.Status, res.Detail = Error, a.status, a.c.Detail
+			out[i] = posted{Result: res, fatal: true}
+		case items == nil:
+			// Refused as a whole: give each event its own answer.
+			out[i] = post(ctx, o, endpoint, j)
+		default:
+			c, done := classify(items[i].Status, items[i].Body)
+			if !done { // not definitive for this event: send it alone
+				out[i] = post(ctx, o, endpoint, j)
+				continue
+			}
+			res.Status, res.Outcome, res.State, res.Detail = items[i].Status, c.Outcome, c.State, c.Detail
+			out[i] = posted{Result: res, fatal: c.fatal}
+		}
+	}
+	return out
+}
+
+// attempt is the end of retry: the classified definitive answer (done), or
+// why there was none.
+type attempt struct {
+	c        classified
+	done     bool
+	status   int
+	detail   string
+	attempts int
+}
+
+// retry posts body to endpoint until decide calls an answer definitive,
+// the retry budget is spent, or ctx ends; it honours Retry-After.
+func retry(ctx context.Context, o Options, endpoint string, body []byte, decide func(int, []byte) (classified, bool)) attempt {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = o.InitialBackoff
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = o.RetryFor
 	b.Reset()
-	res := Result{Line: j.line, SettlementID: j.id}
+	var a attempt
 	for {
-		res.Attempts++
-		status, hdr, body, err := send(ctx, o, endpoint, j.body)
+		a.attempts++
+		status, hdr, rb, err := send(ctx, o, endpoint, body)
 		if ctx.Err() != nil {
-			res.Outcome, res.Status, res.Detail = Error, 0, "cancelled before a definitive answer"
-			return posted{Result: res}
+			a.status, a.detail = 0, "cancelled before a definitive answer"
+			return a
 		}
 		if err == nil {
-			res.Status = status
-			if p, done := classify(status, body); done {
-				res.Outcome, res.State, res.Detail = p.Outcome, p.State, p.Detail
-				return posted{Result: res, fatal: p.fatal}
+			a.status = status
+			if c, done := decide(status, rb); done {
+				a.c, a.done = c, true
+				return a
 			}
-			res.Detail = fmt.Sprintf("HTTP %d: %s", status, problemDetail(body))
+			a.detail = fmt.Sprintf("HTTP %d: %s", status, problemDetail(rb))
 		} else {
-			res.Status = 0
-			res.Detail = err.Error()
+			a.status, a.detail = 0, err.Error()
 		}
 		wait := b.NextBackOff()
 		if wait == backoff.Stop {
-			res.Outcome = Error
-			res.Detail = fmt.Sprintf("no definitive answer after %d attempts: %s", res.Attempts, res.Detail)
-			return posted{Result: res}
+			a.detail = fmt.Sprintf("no definitive answer after %d attempts: %s", a.attempts, a.detail)
+			return a
 		}
 		if ra, ok := retryAfter(hdr, time.Now()); ok && ra > wait {
 			wait = min(ra, time.Minute)
@@ -374,8 +504,8 @@ func post(ctx context.Context, o Options, endpoint string, j job) posted {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			res.Outcome, res.Status, res.Detail = Error, 0, "cancelled before a definitive answer"
-			return posted{Result: res}
+			a.status, a.detail = 0, "cancelled before a definitive answer"
+			return a
 		case <-t.C:
 		}
 	}
