@@ -185,14 +185,10 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		return exitError
 	}
 
-	// River runs jobs only when workers and queues are configured; until
-	// then the client only inserts (intake's send_instruction jobs).
-	if len(riverConfig.Queues) > 0 {
-		if err := riverClient.Start(ctx); err != nil {
-			ln.Close()
-			fmt.Fprintf(s.Err, "settle worker: error starting River: %v\n", err)
-			return exitError
-		}
+	if err := riverClient.Start(ctx); err != nil {
+		ln.Close()
+		fmt.Fprintf(s.Err, "settle worker: error starting River: %v\n", err)
+		return exitError
 	}
 
 	served := make(chan error, 1)
@@ -216,11 +212,9 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		logger.Error("error shutting down the HTTP server", "error", err)
 		code = exitError
 	}
-	if len(riverConfig.Queues) > 0 {
-		if err := riverClient.Stop(shutdownCtx); err != nil {
-			logger.Error("error stopping River", "error", err)
-			code = exitError
-		}
+	if err := riverClient.Stop(shutdownCtx); err != nil {
+		logger.Error("error stopping River", "error", err)
+		code = exitError
 	}
 	logger.Info("worker stopped")
 	return code
