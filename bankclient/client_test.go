@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/settle/settle/internal/syncbuf"
 )
 
 // fastRetry is a retry policy with tiny waits, so tests do not sleep.
@@ -37,31 +39,13 @@ type recorded struct {
 	Method, Path, Query, Key, Auth, Body string
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // observation is one call of Options.Observe.
 type observation struct{ op, outcome string }
 
 type testBundle struct {
 	client *Client
 	server *httptest.Server
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 
 	mu   sync.Mutex
 	reqs []recorded
@@ -84,7 +68,7 @@ func (b *testBundle) observations() []observation {
 // client of it with fast retries, a debug logger and the test token.
 func setup(t *testing.T, handler http.HandlerFunc, mutate ...func(*Options)) *testBundle {
 	t.Helper()
-	b := &testBundle{logs: &syncBuffer{}}
+	b := &testBundle{logs: &syncbuf.Buffer{}}
 	b.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		b.mu.Lock()

@@ -11,40 +11,22 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/settle/settle/internal/syncbuf"
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank/conformance"
 	"github.com/settle/settle/internal/testbin"
 )
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutine of os/exec and
-// the test reading it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // bankProcess is `settle fakebank` running as a subprocess.
 type bankProcess struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	exited chan struct{} // closed when the process has been waited for
 	err    error         // Wait's result, valid once exited is closed
 }
@@ -59,7 +41,7 @@ func startBankProcess(t *testing.T, args ...string) *bankProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bp := &bankProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	bp := &bankProcess{cmd: cmd, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = bp.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("error starting %s: %v", bin, err)

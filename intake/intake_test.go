@@ -1,7 +1,6 @@
 package intake_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/settle/settle/internal/syncbuf"
+
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -23,31 +24,13 @@ import (
 	"github.com/settle/settle/jobs"
 )
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers (the logger).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testBundle struct {
 	db      *testdb.DB
 	svc     *intake.Service
 	handler *intake.Handler
 	srv     *httptest.Server
 	metrics *metrics.Metrics
-	logs    *syncBuffer
+	logs    *syncbuf.Buffer
 }
 
 type setupOpts struct {
@@ -70,7 +53,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	h := intake.NewHandler(intake.HandlerConfig{
 		Service: svc, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		APIToken: o.token, MaxInflight: o.maxInflight,

@@ -160,19 +160,16 @@ func (b *Bank) Send(ctx context.Context, key string, req bankclient.PaymentReque
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f := b.faults
-	attempts := max(f.Attempts, 1)
-	var last *bankclient.AmbiguousError
-	for n := 1; n <= attempts; n++ {
-		if n > 1 {
-			b.clock.Advance(f.RetryWait)
-		}
-		b.clock.Advance(b.leg(f))
+	var (
+		res bankclient.SendResult
+		err error
+	)
+	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
 		if b.chance(f.FailBefore) {
 			b.logf("send %s attempt %d: 503 before processing", key, n)
-			last = ambiguous(bankclient.OpSend, http.StatusServiceUnavailable, n)
-			continue
+			return ambiguous(bankclient.OpSend, http.StatusServiceUnavailable, n)
 		}
-		res, err := b.execute(key, req)
+		res, err = b.execute(key, req)
 		b.clock.Advance(b.leg(f))
 		if b.chance(f.DropResponse) {
 			status := http.StatusGatewayTimeout
@@ -180,15 +177,37 @@ func (b *Bank) Send(ctx context.Context, key string, req bankclient.PaymentReque
 				status = 0
 			}
 			b.logf("send %s attempt %d: answer lost (%d)", key, n, status)
-			last = ambiguous(bankclient.OpSend, status, n)
-			continue
+			return ambiguous(bankclient.OpSend, status, n)
 		}
-		if err != nil {
-			return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
-		}
-		return res, nil
+		return nil
+	})
+	switch {
+	case last != nil:
+		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, last)
+	case err != nil:
+		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
 	}
-	return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, last)
+	return res, nil
+}
+
+// inCall carries out one client call of up to f.Attempts requests, as
+// bankclient's in-call retries do: each request after the first waits
+// f.RetryWait, each crosses the wire (a leg of latency), and request
+// returns the ambiguous answer of request n, or nil once the call got a
+// definitive one. inCall returns the last ambiguous answer when every
+// request got one, nil otherwise.
+func (b *Bank) inCall(f Faults, request func(n int) *bankclient.AmbiguousError) *bankclient.AmbiguousError {
+	var last *bankclient.AmbiguousError
+	for n := 1; n <= max(f.Attempts, 1); n++ {
+		if n > 1 {
+			b.clock.Advance(f.RetryWait)
+		}
+		b.clock.Advance(b.leg(f))
+		if last = request(n); last == nil {
+			return nil
+		}
+	}
+	return last
 }
 
 // lookup returns what the bank remembers of key now, forgetting it when
@@ -274,30 +293,31 @@ func (b *Bank) StatusByKey(ctx context.Context, key string) (bankclient.Payment,
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f := b.faults
-	attempts := max(f.Attempts, 1)
-	var last *bankclient.AmbiguousError
-	for n := 1; n <= attempts; n++ {
-		if n > 1 {
-			b.clock.Advance(f.RetryWait)
-		}
-		b.clock.Advance(b.leg(f))
+	var (
+		pay bankclient.Payment
+		err error
+	)
+	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
 		if b.chance(f.StatusError) {
 			b.logf("status %s attempt %d: 503", key, n)
-			last = ambiguous(bankclient.OpStatus, http.StatusServiceUnavailable, n)
-			continue
+			return ambiguous(bankclient.OpStatus, http.StatusServiceUnavailable, n)
 		}
 		now := b.clock.Now()
 		e := b.lookup(key, now)
 		b.clock.Advance(b.leg(f))
 		if e == nil || e.payment == nil {
 			b.logf("status %s: 404", key)
-			return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, bankclient.ErrNotFound)
+			err = fmt.Errorf("error getting payment status %s: %w", key, bankclient.ErrNotFound)
+			return nil
 		}
-		v := e.payment.view(now)
-		b.logf("status %s: %s %s", key, v.ID, v.Status)
-		return v, nil
+		pay = e.payment.view(now)
+		b.logf("status %s: %s %s", key, pay.ID, pay.Status)
+		return nil
+	})
+	if last != nil {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, last)
 	}
-	return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, last)
+	return pay, err
 }
 
 // Statement implements bankclient.Bank: every payment ever executed, in
