@@ -13,7 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/settle/settle/reconcile"
-	"github.com/settle/settle/statemachine"
+	"github.com/settle/settle/settlement"
 )
 
 // SendWorker works send_instruction: reconcile.Resolver.Send, with the job
@@ -99,7 +99,7 @@ func jobError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, statemachine.ErrNotFound) {
+	if errors.Is(err, settlement.ErrNotFound) {
 		return river.JobCancel(err)
 	}
 	return err

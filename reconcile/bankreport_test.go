@@ -12,7 +12,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/statemachine"
+	"github.com/settle/settle/settlement"
 )
 
 // reportBundle is one test's ledger (a private database) and bank (an
@@ -38,7 +38,7 @@ func setupReport(t *testing.T) *reportBundle {
 
 // seed writes a settlement in state st directly, with its history and, when
 // movement is true, its ledger movement, as the engine would have left it.
-func (b *reportBundle) seed(t *testing.T, id string, amount int64, st statemachine.State, movement bool) {
+func (b *reportBundle) seed(t *testing.T, id string, amount int64, st settlement.State, movement bool) {
 	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
@@ -80,7 +80,7 @@ func (b *reportBundle) pay(t *testing.T, id string, amount int64) bankclient.Pay
 func (b *reportBundle) confirmed(t *testing.T, id string, amount int64) {
 	t.Helper()
 	b.pay(t, id, amount)
-	b.seed(t, id, amount, statemachine.Confirmed, true)
+	b.seed(t, id, amount, settlement.Confirmed, true)
 }
 
 // deleteMovement removes a ledger movement behind the engine's back (the
@@ -149,9 +149,9 @@ func TestBankReportClean(t *testing.T) {
 	for i := range 5 {
 		b.confirmed(t, fmt.Sprintf("s-%d", i), int64(100+i))
 	}
-	b.seed(t, "rejected", 100, statemachine.Failed, false) // rejected: the bank holds no payment
-	b.seed(t, "waiting", 100, statemachine.Pending, false)
-	b.seed(t, "in-flight", 300, statemachine.Sent, false)
+	b.seed(t, "rejected", 100, settlement.Failed, false) // rejected: the bank holds no payment
+	b.seed(t, "waiting", 100, settlement.Pending, false)
+	b.seed(t, "in-flight", 300, settlement.Sent, false)
 	b.pay(t, "in-flight", 300)
 
 	rep := b.report(t, nil)
@@ -205,7 +205,7 @@ func TestBankReportMissingAtBank(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
 	b.confirmed(t, "ok", 100)
-	b.seed(t, "never-paid", 400, statemachine.Confirmed, true)
+	b.seed(t, "never-paid", 400, settlement.Confirmed, true)
 
 	rep := b.report(t, nil)
 	br := onlyBreak(t, rep, ClassMissingAtBank, "never-paid")
@@ -223,7 +223,7 @@ func TestBankReportAmountMismatch(t *testing.T) {
 	b := setupReport(t)
 	b.confirmed(t, "ok", 100)
 	b.pay(t, "altered", 900) // the bank executed another amount
-	b.seed(t, "altered", 1000, statemachine.Confirmed, true)
+	b.seed(t, "altered", 1000, settlement.Confirmed, true)
 
 	br := onlyBreak(t, b.report(t, nil), ClassAmountMismatch, "altered")
 	if br.AmountCents != 1000 || br.BankPayments[0].AmountCents != 900 {
@@ -236,7 +236,7 @@ func TestBankReportStatusMismatch(t *testing.T) {
 	b := setupReport(t)
 	b.confirmed(t, "ok", 100)
 	b.pay(t, "paid-anyway", 500)
-	b.seed(t, "paid-anyway", 500, statemachine.Failed, false)
+	b.seed(t, "paid-anyway", 500, settlement.Failed, false)
 
 	br := onlyBreak(t, b.report(t, nil), ClassStatusMismatch, "paid-anyway")
 	if br.State != "failed" || br.BankPayments[0].Status != "settled" {
@@ -259,7 +259,7 @@ func TestBankReportDuplicateAtBank(t *testing.T) {
 	if first.ID == second.ID {
 		t.Fatalf("the bank did not forget the key: one payment %s", first.ID)
 	}
-	b.seed(t, "twice", 700, statemachine.Confirmed, true)
+	b.seed(t, "twice", 700, settlement.Confirmed, true)
 
 	br := onlyBreak(t, b.report(t, nil), ClassDuplicateAtBank, "twice")
 	if len(br.BankPayments) != 2 || br.BankPayments[0].ID != first.ID || br.BankPayments[1].ID != second.ID {

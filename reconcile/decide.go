@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/statemachine"
+	"github.com/settle/settle/settlement"
 )
 
 // AnswerKind classifies what the bank said to one call.
@@ -134,7 +134,7 @@ func (p Policy) checkDelay(attempts int) time.Duration {
 // Facts is what a decision needs to know about a settlement.
 type Facts struct {
 	SettlementID string
-	State        statemachine.State
+	State        settlement.State
 	AmountCents  int64
 	Currency     string
 	// FirstAttemptAt is when the first POST was about to leave; zero when
@@ -177,7 +177,7 @@ const (
 // finished).
 func StartSend(f Facts) Action {
 	switch {
-	case f.State != statemachine.Pending:
+	case f.State != settlement.Pending:
 		return ActionNone
 	case f.FirstAttemptAt.IsZero():
 		return ActionSend
@@ -193,7 +193,7 @@ func StartResolve(f Facts) Action {
 	switch {
 	case f.State.Terminal():
 		return ActionNone
-	case f.State == statemachine.Pending && f.FirstAttemptAt.IsZero():
+	case f.State == settlement.Pending && f.FirstAttemptAt.IsZero():
 		return ActionSend
 	default:
 		return ActionCheck
@@ -218,7 +218,7 @@ const (
 // Decision is what to do with a settlement after one answer of the bank.
 type Decision struct {
 	// To is the target state; equal to the current state when it stays.
-	To statemachine.State
+	To settlement.State
 	// Reason is recorded with the transition and logged.
 	Reason string
 	// WriteMovement is true exactly when To is confirmed: the ledger
@@ -241,20 +241,20 @@ type Decision struct {
 }
 
 // Moves reports whether the decision changes the state from from.
-func (d Decision) Moves(from statemachine.State) bool { return d.To != from }
+func (d Decision) Moves(from settlement.State) bool { return d.To != from }
 
 // finalStatus returns the decision for a bank payment in a final status, or
 // ok=false when the status is not final.
 func finalStatus(f Facts, pay bankclient.Payment) (Decision, bool) {
 	switch pay.Status {
 	case bankclient.StatusSettled:
-		return Decision{To: statemachine.Confirmed, Reason: "bank settled payment " + pay.ID, WriteMovement: true, Definitive: true}, true
+		return Decision{To: settlement.Confirmed, Reason: "bank settled payment " + pay.ID, WriteMovement: true, Definitive: true}, true
 	case bankclient.StatusFailed, bankclient.StatusReturned:
 		r := fmt.Sprintf("bank %s payment %s", pay.Status, pay.ID)
 		if pay.FailureReason != "" {
 			r += ": " + pay.FailureReason
 		}
-		return Decision{To: statemachine.Failed, Reason: r, Definitive: true}, true
+		return Decision{To: settlement.Failed, Reason: r, Definitive: true}, true
 	}
 	return Decision{}, false
 }
@@ -272,8 +272,8 @@ func mismatch(f Facts, pay bankclient.Payment) bool {
 // and no automatic check follows.
 func flag(f Facts, reason, detail string) Decision {
 	to := f.State
-	if f.State == statemachine.Pending || f.State == statemachine.Sent {
-		to = statemachine.Uncertain
+	if f.State == settlement.Pending || f.State == settlement.Sent {
+		to = settlement.Uncertain
 	}
 	return Decision{To: to, Reason: detail, Flag: reason}
 }
@@ -292,13 +292,13 @@ func DecideSend(f Facts, p Policy, now time.Time, a Answer) Decision {
 		if d, ok := finalStatus(f, a.Payment); ok {
 			return d
 		}
-		return Decision{To: statemachine.Sent, Reason: "bank accepted payment " + a.Payment.ID, NextCheckAt: now.Add(p.checkDelay(0)), Definitive: true}
+		return Decision{To: settlement.Sent, Reason: "bank accepted payment " + a.Payment.ID, NextCheckAt: now.Add(p.checkDelay(0)), Definitive: true}
 	case AnswerRejected:
-		return Decision{To: statemachine.Failed, Reason: "bank rejected the payment: " + a.Detail, Definitive: true}
+		return Decision{To: settlement.Failed, Reason: "bank rejected the payment: " + a.Detail, Definitive: true}
 	case AnswerKeyReuse:
 		return flag(f, ReasonKeyReuse, "bank holds another body under our key")
 	default: // ambiguous, unauthorized, or a 404 that send never expects
-		return Decision{To: statemachine.Uncertain, Reason: "no definitive answer to send: " + string(a.Kind), NextCheckAt: now.Add(p.checkDelay(0))}
+		return Decision{To: settlement.Uncertain, Reason: "no definitive answer to send: " + string(a.Kind), NextCheckAt: now.Add(p.checkDelay(0))}
 	}
 }
 
@@ -319,26 +319,26 @@ func DecideStatus(f Facts, p Policy, now time.Time, a Answer) Decision {
 		if d, ok := finalStatus(f, a.Payment); ok {
 			return d
 		}
-		return Decision{To: statemachine.Sent, Reason: fmt.Sprintf("bank holds payment %s (%s)", a.Payment.ID, a.Payment.Status), NextCheckAt: next, Definitive: true}
+		return Decision{To: settlement.Sent, Reason: fmt.Sprintf("bank holds payment %s (%s)", a.Payment.ID, a.Payment.Status), NextCheckAt: next, Definitive: true}
 	case AnswerNotFound:
 		switch {
-		case f.State == statemachine.Sent:
+		case f.State == settlement.Sent:
 			// The bank accepted it once; a 404 now contradicts that. Sending
 			// again could pay twice.
 			return flag(f, ReasonAcceptedThenUnknown, "bank no longer knows a payment it accepted")
-		case f.FirstAttemptAt.IsZero() && f.State != statemachine.Pending:
+		case f.FirstAttemptAt.IsZero() && f.State != settlement.Pending:
 			// No record of when the key was first used: we cannot prove it
 			// is young.
 			return flag(f, ReasonKeyForgotten, "bank does not know the key and the first attempt is unknown")
 		case f.keyAlive(p, now):
-			return Decision{To: statemachine.Pending, Reason: "bank never saw the key: resend with the same key", Resend: true}
+			return Decision{To: settlement.Pending, Reason: "bank never saw the key: resend with the same key", Resend: true}
 		default:
 			return flag(f, ReasonKeyForgotten, fmt.Sprintf("bank does not know the key, first used %s ago (key TTL %s): never resend", now.Sub(f.FirstAttemptAt).Round(time.Second), p.KeyTTL))
 		}
 	default: // ambiguous, unauthorized; rejected and key reuse are not status answers
 		to := f.State
-		if to == statemachine.Pending {
-			to = statemachine.Uncertain
+		if to == settlement.Pending {
+			to = settlement.Uncertain
 		}
 		d := Decision{To: to, Reason: "no definitive answer to status check: " + string(a.Kind), NextCheckAt: next}
 		if f.Flagged {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
 
@@ -19,30 +20,30 @@ func payment(st bankclient.Status) Answer {
 	return Answer{Kind: AnswerPayment, Payment: bankclient.Payment{ID: "pay_1", Reference: "s1", AmountCents: 1000, Currency: "EUR", Status: st}}
 }
 
-func facts0(st statemachine.State, first time.Time) Facts {
+func facts0(st settlement.State, first time.Time) Facts {
 	return Facts{SettlementID: "s1", State: st, AmountCents: 1000, Currency: "EUR", FirstAttemptAt: first}
 }
 
 func TestDecideSend(t *testing.T) {
 	t.Parallel()
 	now := t0.Add(time.Minute)
-	f := facts0(statemachine.Pending, t0)
+	f := facts0(settlement.Pending, t0)
 	tests := []struct {
 		name string
 		a    Answer
 		want Decision
 	}{
-		{"accepted", payment(bankclient.StatusAccepted), Decision{To: statemachine.Sent, NextCheckAt: now.Add(time.Second), Definitive: true}},
-		{"processing", payment(bankclient.StatusProcessing), Decision{To: statemachine.Sent, NextCheckAt: now.Add(time.Second), Definitive: true}},
-		{"settled at once", payment(bankclient.StatusSettled), Decision{To: statemachine.Confirmed, WriteMovement: true, Definitive: true}},
-		{"failed at once", payment(bankclient.StatusFailed), Decision{To: statemachine.Failed, Definitive: true}},
-		{"returned", payment(bankclient.StatusReturned), Decision{To: statemachine.Failed, Definitive: true}},
-		{"rejected", Answer{Kind: AnswerRejected}, Decision{To: statemachine.Failed, Definitive: true}},
-		{"key reuse", Answer{Kind: AnswerKeyReuse}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyReuse}},
-		{"ambiguous", Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(time.Second)}},
-		{"unauthorized is never a failure", Answer{Kind: AnswerUnauthorized}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(time.Second)}},
+		{"accepted", payment(bankclient.StatusAccepted), Decision{To: settlement.Sent, NextCheckAt: now.Add(time.Second), Definitive: true}},
+		{"processing", payment(bankclient.StatusProcessing), Decision{To: settlement.Sent, NextCheckAt: now.Add(time.Second), Definitive: true}},
+		{"settled at once", payment(bankclient.StatusSettled), Decision{To: settlement.Confirmed, WriteMovement: true, Definitive: true}},
+		{"failed at once", payment(bankclient.StatusFailed), Decision{To: settlement.Failed, Definitive: true}},
+		{"returned", payment(bankclient.StatusReturned), Decision{To: settlement.Failed, Definitive: true}},
+		{"rejected", Answer{Kind: AnswerRejected}, Decision{To: settlement.Failed, Definitive: true}},
+		{"key reuse", Answer{Kind: AnswerKeyReuse}, Decision{To: settlement.Uncertain, Flag: ReasonKeyReuse}},
+		{"ambiguous", Answer{Kind: AnswerAmbiguous}, Decision{To: settlement.Uncertain, NextCheckAt: now.Add(time.Second)}},
+		{"unauthorized is never a failure", Answer{Kind: AnswerUnauthorized}, Decision{To: settlement.Uncertain, NextCheckAt: now.Add(time.Second)}},
 		{"other payment under our key", Answer{Kind: AnswerPayment, Payment: bankclient.Payment{ID: "p", AmountCents: 999, Status: bankclient.StatusSettled}},
-			Decision{To: statemachine.Uncertain, Flag: ReasonPaymentMismatch}},
+			Decision{To: settlement.Uncertain, Flag: ReasonPaymentMismatch}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,35 +70,35 @@ func TestDecideStatus(t *testing.T) {
 		want Decision
 	}
 	var tests []tc
-	for _, st := range []statemachine.State{statemachine.Pending, statemachine.Sent, statemachine.Uncertain} {
+	for _, st := range []settlement.State{settlement.Pending, settlement.Sent, settlement.Uncertain} {
 		f := facts0(st, young)
 		f.CheckAttempts = 2
 		tests = append(tests,
-			tc{"settled/" + string(st), f, payment(bankclient.StatusSettled), Decision{To: statemachine.Confirmed, WriteMovement: true, Definitive: true}},
-			tc{"failed/" + string(st), f, payment(bankclient.StatusFailed), Decision{To: statemachine.Failed, Definitive: true}},
-			tc{"returned/" + string(st), f, payment(bankclient.StatusReturned), Decision{To: statemachine.Failed, Definitive: true}},
+			tc{"settled/" + string(st), f, payment(bankclient.StatusSettled), Decision{To: settlement.Confirmed, WriteMovement: true, Definitive: true}},
+			tc{"failed/" + string(st), f, payment(bankclient.StatusFailed), Decision{To: settlement.Failed, Definitive: true}},
+			tc{"returned/" + string(st), f, payment(bankclient.StatusReturned), Decision{To: settlement.Failed, Definitive: true}},
 			// Growing intervals: the third check waits 1s·2³ = 8s (the cap).
-			tc{"accepted/" + string(st), f, payment(bankclient.StatusAccepted), Decision{To: statemachine.Sent, NextCheckAt: now.Add(8 * time.Second), Definitive: true}},
-			tc{"processing/" + string(st), f, payment(bankclient.StatusProcessing), Decision{To: statemachine.Sent, NextCheckAt: now.Add(8 * time.Second), Definitive: true}},
+			tc{"accepted/" + string(st), f, payment(bankclient.StatusAccepted), Decision{To: settlement.Sent, NextCheckAt: now.Add(8 * time.Second), Definitive: true}},
+			tc{"processing/" + string(st), f, payment(bankclient.StatusProcessing), Decision{To: settlement.Sent, NextCheckAt: now.Add(8 * time.Second), Definitive: true}},
 		)
 	}
 	tests = append(tests,
 		// Ambiguous status answers never fail a settlement.
-		tc{"ambiguous/pending becomes uncertain", facts0(statemachine.Pending, young), Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
-		tc{"ambiguous/sent stays", facts0(statemachine.Sent, young), Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Sent, NextCheckAt: now.Add(2 * time.Second)}},
-		tc{"ambiguous/uncertain stays", facts0(statemachine.Uncertain, young), Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
-		tc{"unauthorized/uncertain stays", facts0(statemachine.Uncertain, young), Answer{Kind: AnswerUnauthorized}, Decision{To: statemachine.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
-		tc{"ambiguous/flagged waits for a human", Facts{SettlementID: "s1", State: statemachine.Uncertain, FirstAttemptAt: old, Flagged: true}, Answer{Kind: AnswerAmbiguous}, Decision{To: statemachine.Uncertain}},
+		tc{"ambiguous/pending becomes uncertain", facts0(settlement.Pending, young), Answer{Kind: AnswerAmbiguous}, Decision{To: settlement.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
+		tc{"ambiguous/sent stays", facts0(settlement.Sent, young), Answer{Kind: AnswerAmbiguous}, Decision{To: settlement.Sent, NextCheckAt: now.Add(2 * time.Second)}},
+		tc{"ambiguous/uncertain stays", facts0(settlement.Uncertain, young), Answer{Kind: AnswerAmbiguous}, Decision{To: settlement.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
+		tc{"unauthorized/uncertain stays", facts0(settlement.Uncertain, young), Answer{Kind: AnswerUnauthorized}, Decision{To: settlement.Uncertain, NextCheckAt: now.Add(2 * time.Second)}},
+		tc{"ambiguous/flagged waits for a human", Facts{SettlementID: "s1", State: settlement.Uncertain, FirstAttemptAt: old, Flagged: true}, Answer{Kind: AnswerAmbiguous}, Decision{To: settlement.Uncertain}},
 		// 404: resend while young, never after.
-		tc{"not found/uncertain young resends", facts0(statemachine.Uncertain, young), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Pending, Resend: true}},
-		tc{"not found/pending young resends", facts0(statemachine.Pending, young), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Pending, Resend: true}},
-		tc{"not found/pending never attempted resends", facts0(statemachine.Pending, time.Time{}), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Pending, Resend: true}},
-		tc{"not found/uncertain old is flagged", facts0(statemachine.Uncertain, old), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyForgotten}},
-		tc{"not found/uncertain at the TTL is flagged", facts0(statemachine.Uncertain, edge), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyForgotten}},
-		tc{"not found/pending old is flagged", facts0(statemachine.Pending, old), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyForgotten}},
-		tc{"not found/uncertain without first attempt is flagged", facts0(statemachine.Uncertain, time.Time{}), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonKeyForgotten}},
-		tc{"not found/sent young is flagged", facts0(statemachine.Sent, young), Answer{Kind: AnswerNotFound}, Decision{To: statemachine.Uncertain, Flag: ReasonAcceptedThenUnknown}},
-		tc{"mismatch/sent is flagged", facts0(statemachine.Sent, young), Answer{Kind: AnswerPayment, Payment: bankclient.Payment{ID: "p", Reference: "other", Status: bankclient.StatusSettled}}, Decision{To: statemachine.Uncertain, Flag: ReasonPaymentMismatch}},
+		tc{"not found/uncertain young resends", facts0(settlement.Uncertain, young), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Pending, Resend: true}},
+		tc{"not found/pending young resends", facts0(settlement.Pending, young), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Pending, Resend: true}},
+		tc{"not found/pending never attempted resends", facts0(settlement.Pending, time.Time{}), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Pending, Resend: true}},
+		tc{"not found/uncertain old is flagged", facts0(settlement.Uncertain, old), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/uncertain at the TTL is flagged", facts0(settlement.Uncertain, edge), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/pending old is flagged", facts0(settlement.Pending, old), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/uncertain without first attempt is flagged", facts0(settlement.Uncertain, time.Time{}), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/sent young is flagged", facts0(settlement.Sent, young), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonAcceptedThenUnknown}},
+		tc{"mismatch/sent is flagged", facts0(settlement.Sent, young), Answer{Kind: AnswerPayment, Payment: bankclient.Payment{ID: "p", Reference: "other", Status: bankclient.StatusSettled}}, Decision{To: settlement.Uncertain, Flag: ReasonPaymentMismatch}},
 	)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,7 +108,7 @@ func TestDecideStatus(t *testing.T) {
 			if got != tt.want {
 				t.Errorf("DecideStatus = %+v, want %+v", got, tt.want)
 			}
-			if got.WriteMovement != (got.To == statemachine.Confirmed) {
+			if got.WriteMovement != (got.To == settlement.Confirmed) {
 				t.Errorf("movement %v with target %s", got.WriteMovement, got.To)
 			}
 			if got.Moves(tt.f.State) && !statemachine.Allowed(tt.f.State, got.To) {
@@ -121,15 +122,15 @@ func TestDecideStatus(t *testing.T) {
 // answer kind that is not definitive and checks none leads to failed.
 func TestDecisionsNeverFailWithoutDefinitiveAnswer(t *testing.T) {
 	t.Parallel()
-	for _, st := range []statemachine.State{statemachine.Pending, statemachine.Sent, statemachine.Uncertain} {
+	for _, st := range []settlement.State{settlement.Pending, settlement.Sent, settlement.Uncertain} {
 		for _, k := range []AnswerKind{AnswerAmbiguous, AnswerUnauthorized, AnswerNotFound} {
 			for _, first := range []time.Time{{}, t0.Add(-time.Minute), t0.Add(-48 * time.Hour)} {
 				f := facts0(st, first)
-				if d := DecideStatus(f, policy, t0, Answer{Kind: k}); d.To == statemachine.Failed || d.WriteMovement {
+				if d := DecideStatus(f, policy, t0, Answer{Kind: k}); d.To == settlement.Failed || d.WriteMovement {
 					t.Errorf("DecideStatus(%s, %s, first %v) = %+v", st, k, first, d)
 				}
-				if st == statemachine.Pending {
-					if d := DecideSend(f, policy, t0, Answer{Kind: k}); d.To == statemachine.Failed || d.WriteMovement {
+				if st == settlement.Pending {
+					if d := DecideSend(f, policy, t0, Answer{Kind: k}); d.To == settlement.Failed || d.WriteMovement {
 						t.Errorf("DecideSend(%s, %s) = %+v", st, k, d)
 					}
 				}
@@ -145,17 +146,17 @@ func TestStart(t *testing.T) {
 		f                 Facts
 		wantSend, wantRes Action
 	}{
-		{facts0(statemachine.Pending, time.Time{}), ActionSend, ActionSend},
+		{facts0(settlement.Pending, time.Time{}), ActionSend, ActionSend},
 		// Attempted before: the answer may have been lost after the bank
 		// executed it; ask first, even with the key young (a POST claimed
 		// a second before the TTL could reach the bank after it).
-		{facts0(statemachine.Pending, now.Add(-time.Hour)), ActionCheck, ActionCheck},
-		{facts0(statemachine.Pending, now.Add(-policy.KeyTTL+time.Second)), ActionCheck, ActionCheck},
-		{facts0(statemachine.Pending, now.Add(-25*time.Hour)), ActionCheck, ActionCheck},
-		{facts0(statemachine.Sent, now.Add(-time.Hour)), ActionNone, ActionCheck},
-		{facts0(statemachine.Uncertain, now.Add(-time.Hour)), ActionNone, ActionCheck},
-		{facts0(statemachine.Confirmed, now.Add(-time.Hour)), ActionNone, ActionNone},
-		{facts0(statemachine.Failed, now.Add(-time.Hour)), ActionNone, ActionNone},
+		{facts0(settlement.Pending, now.Add(-time.Hour)), ActionCheck, ActionCheck},
+		{facts0(settlement.Pending, now.Add(-policy.KeyTTL+time.Second)), ActionCheck, ActionCheck},
+		{facts0(settlement.Pending, now.Add(-25*time.Hour)), ActionCheck, ActionCheck},
+		{facts0(settlement.Sent, now.Add(-time.Hour)), ActionNone, ActionCheck},
+		{facts0(settlement.Uncertain, now.Add(-time.Hour)), ActionNone, ActionCheck},
+		{facts0(settlement.Confirmed, now.Add(-time.Hour)), ActionNone, ActionNone},
+		{facts0(settlement.Failed, now.Add(-time.Hour)), ActionNone, ActionNone},
 	}
 	for _, tt := range tests {
 		if got := StartSend(tt.f); got != tt.wantSend {

@@ -13,17 +13,17 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/statemachine"
+	"github.com/settle/settle/settlement"
 )
 
 // ErrNotFound is matched (errors.Is) when a settlement does not exist. It is
-// statemachine.ErrNotFound, which Resolver.Resolve returns too.
-var ErrNotFound = statemachine.ErrNotFound
+// settlement.ErrNotFound, which Resolver.Resolve returns too.
+var ErrNotFound = settlement.ErrNotFound
 
 // ListOptions selects the settlements of Inspector.List.
 type ListOptions struct {
 	// State is the state to list (required).
-	State statemachine.State
+	State settlement.State
 	// OlderThan, when positive, keeps only the settlements that entered the
 	// state at least this long ago.
 	OlderThan time.Duration
@@ -57,7 +57,7 @@ type SettlementRow struct {
 // fn, and returns how many it passed. Memory does not grow with the count.
 func (i *Inspector) List(ctx context.Context, opts ListOptions, fn func(SettlementRow) error) (int, error) {
 	if !opts.State.Valid() {
-		return 0, fmt.Errorf("error listing settlements: unknown state %q (want one of %v)", opts.State, statemachine.States)
+		return 0, fmt.Errorf("error listing settlements: unknown state %q (want one of %v)", opts.State, settlement.States)
 	}
 	now := i.now()
 	var cutoff *time.Time

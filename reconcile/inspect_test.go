@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/statemachine"
+	"github.com/settle/settle/settlement"
 )
 
 func TestInspectSummaryEmptyHasEveryState(t *testing.T) {
@@ -16,10 +16,10 @@ func TestInspectSummaryEmptyHasEveryState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sum.ByState) != 5 {
-		t.Fatalf("by_state = %v, want all five states", sum.ByState)
+	if len(sum.ByState) != len(settlement.States) {
+		t.Fatalf("by_state = %v, want every state", sum.ByState)
 	}
-	for _, st := range statemachine.States {
+	for _, st := range settlement.States {
 		if n, ok := sum.ByState[st]; !ok || n != 0 {
 			t.Errorf("%s = %d, %v", st, n, ok)
 		}
@@ -32,8 +32,8 @@ func TestInspectSummaryEmptyHasEveryState(t *testing.T) {
 func TestInspectAgesFollowTheClock(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.seed(t, "u-1", 100, statemachine.Uncertain, false)
-	b.seed(t, "c-1", 100, statemachine.Confirmed, true)
+	b.seed(t, "u-1", 100, settlement.Uncertain, false)
+	b.seed(t, "c-1", 100, settlement.Confirmed, true)
 	later := time.Now().Add(time.Hour)
 	in := &Inspector{DB: b.db.Pool, Now: func() time.Time { return later }}
 	ctx := context.Background()
@@ -42,15 +42,15 @@ func TestInspectAgesFollowTheClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.OldestUncertainID != "u-1" || sum.OldestUncertainAgeSeconds < 3500 || sum.ByState[statemachine.Uncertain] != 1 || sum.Movements != 1 {
+	if sum.OldestUncertainID != "u-1" || sum.OldestUncertainAgeSeconds < 3500 || sum.ByState[settlement.Uncertain] != 1 || sum.Movements != 1 {
 		t.Errorf("summary = %+v", sum)
 	}
 	var ids []string
 	collect := func(r SettlementRow) error { ids = append(ids, r.SettlementID); return nil }
-	if n, err := in.List(ctx, ListOptions{State: statemachine.Uncertain, OlderThan: 30 * time.Minute}, collect); err != nil || n != 1 || ids[0] != "u-1" {
+	if n, err := in.List(ctx, ListOptions{State: settlement.Uncertain, OlderThan: 30 * time.Minute}, collect); err != nil || n != 1 || ids[0] != "u-1" {
 		t.Errorf("older than 30m: %d %v %v", n, ids, err)
 	}
-	if n, err := in.List(ctx, ListOptions{State: statemachine.Uncertain, OlderThan: 2 * time.Hour}, collect); err != nil || n != 0 {
+	if n, err := in.List(ctx, ListOptions{State: settlement.Uncertain, OlderThan: 2 * time.Hour}, collect); err != nil || n != 0 {
 		t.Errorf("older than 2h: %d %v", n, err)
 	}
 	if _, err := in.List(ctx, ListOptions{State: "lost"}, collect); err == nil {
@@ -61,7 +61,7 @@ func TestInspectAgesFollowTheClock(t *testing.T) {
 func TestInspectShowTellsTheStoryInOrder(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.seed(t, "c-1", 100, statemachine.Confirmed, true)
+	b.seed(t, "c-1", 100, settlement.Confirmed, true)
 	in := &Inspector{DB: b.db.Pool}
 	ctx := context.Background()
 	st, err := in.Show(ctx, "c-1")

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/statemachine"
+	"github.com/settle/settle/settlement"
 )
 
 // Inspector answers the operator's questions from the database alone: the
@@ -46,7 +46,7 @@ func readTx(ctx context.Context, db *pgxpool.Pool, fn func(pgx.Tx) error) error 
 type Summary struct {
 	// ByState counts the settlements in each of the five states; every state
 	// is present, 0 included.
-	ByState map[statemachine.State]int64 `json:"by_state"`
+	ByState map[settlement.State]int64 `json:"by_state"`
 	// Receipts counts the stored receipts (retention removes old ones).
 	Receipts int64 `json:"receipts"`
 	// Replays is the sum of replay_count over the receipts: redeliveries
@@ -63,7 +63,7 @@ type Summary struct {
 	OldestUncertainID string `json:"oldest_uncertain_id,omitempty"`
 	// OldestOpenAgeSeconds is, for each non-terminal state holding at least
 	// one settlement, how long the oldest has been in it.
-	OldestOpenAgeSeconds map[statemachine.State]float64 `json:"oldest_open_age_seconds"`
+	OldestOpenAgeSeconds map[settlement.State]float64 `json:"oldest_open_age_seconds"`
 	// NeedsInvestigation counts the settlements the engine will not resolve
 	// on its own (DESIGN.md rule 9 and the mismatch flags).
 	NeedsInvestigation int64 `json:"needs_investigation"`
@@ -86,11 +86,11 @@ const enteredStateSQL = `(SELECT t.at FROM settlement_transitions t
 // Summary reads the summary in one snapshot.
 func (i *Inspector) Summary(ctx context.Context) (Summary, error) {
 	sum := Summary{
-		ByState:              make(map[statemachine.State]int64, len(statemachine.States)),
-		OldestOpenAgeSeconds: map[statemachine.State]float64{},
+		ByState:              make(map[settlement.State]int64, len(settlement.States)),
+		OldestOpenAgeSeconds: map[settlement.State]float64{},
 		AsOf:                 i.now(),
 	}
-	for _, st := range statemachine.States {
+	for _, st := range settlement.States {
 		sum.ByState[st] = 0
 	}
 	err := i.readTx(ctx, func(tx pgx.Tx) error {
@@ -102,7 +102,7 @@ func (i *Inspector) Summary(ctx context.Context) (Summary, error) {
 		var st string
 		var n, flagged int64
 		_, err = pgx.ForEachRow(rows, []any{&st, &n, &flagged}, func() error {
-			sum.ByState[statemachine.State(st)] = n
+			sum.ByState[settlement.State(st)] = n
 			sum.NeedsInvestigation += flagged
 			return nil
 		})
@@ -132,8 +132,8 @@ func (i *Inspector) Summary(ctx context.Context) (Summary, error) {
 		var since time.Time
 		_, err = pgx.ForEachRow(rows, []any{&st, &id, &since}, func() error {
 			age := max(sum.AsOf.Sub(since).Seconds(), 0)
-			sum.OldestOpenAgeSeconds[statemachine.State(st)] = age
-			if statemachine.State(st) == statemachine.Uncertain {
+			sum.OldestOpenAgeSeconds[settlement.State(st)] = age
+			if settlement.State(st) == settlement.Uncertain {
 				sum.OldestUncertainAgeSeconds, sum.OldestUncertainID = age, id
 			}
 			return nil

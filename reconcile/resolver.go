@@ -14,6 +14,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
 
@@ -79,7 +80,7 @@ type Outcome struct {
 	// Action is what was done: send, check, or none.
 	Action Action
 	// State is the settlement's state afterwards (as far as this call knows).
-	State statemachine.State
+	State settlement.State
 	// Decision is the last decision applied (zero when none was).
 	Decision Decision
 	// Done is true when no further check is due from the caller: the
@@ -175,7 +176,7 @@ func (r *Resolver) start(ctx context.Context, settlementID string, hook TxHook, 
 }
 
 // load reads what the decisions need. A missing settlement wraps
-// statemachine.ErrNotFound.
+// settlement.ErrNotFound.
 func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 	var (
 		f       facts
@@ -193,13 +194,13 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 		Scan(&state, &f.AccountID, &f.Beneficiary, &f.AmountCents, &f.Currency, &f.BankKey,
 			&first, &f.CheckAttempts, &reason, &entered)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, statemachine.ErrNotFound)
+		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, settlement.ErrNotFound)
 	}
 	if err != nil {
 		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, err)
 	}
 	f.SettlementID = id
-	f.State = statemachine.State(state)
+	f.State = settlement.State(state)
 	if first != nil {
 		f.FirstAttemptAt = *first
 	}
@@ -332,7 +333,7 @@ func (r *Resolver) check(ctx context.Context, f facts, hook TxHook) (Outcome, er
 	if err != nil {
 		return Outcome{}, err
 	}
-	if f.State != statemachine.Pending {
+	if f.State != settlement.Pending {
 		return Outcome{SettlementID: f.SettlementID, Action: ActionNone, State: f.State, Done: true, LostRace: true}, nil
 	}
 	return r.send(ctx, f, hook)
@@ -467,7 +468,7 @@ func (r *Resolver) observe(f facts, d Decision, flagReason string) {
 	}
 	if d.Moves(f.State) {
 		m.Transitions.WithLabelValues(string(d.To)).Inc()
-		if d.To == statemachine.Uncertain {
+		if d.To == settlement.Uncertain {
 			m.UncertainTotal.Inc()
 		}
 		if d.To.Terminal() && !f.EnteredUncer.IsZero() {

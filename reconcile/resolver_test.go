@@ -14,6 +14,7 @@ import (
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
 
@@ -65,7 +66,7 @@ func insertSettlement(t *testing.T, db *testdb.DB, id string, amount int64) {
 }
 
 type row struct {
-	state      statemachine.State
+	state      settlement.State
 	movements  int
 	moveAmount int64
 	flag       *string
@@ -90,7 +91,7 @@ func readRow(t *testing.T, db *testdb.DB, id string) row {
 	if err != nil {
 		t.Fatalf("read settlement %s: %v", id, err)
 	}
-	r.state = statemachine.State(st)
+	r.state = settlement.State(st)
 	return r
 }
 
@@ -123,7 +124,7 @@ func TestResolverSendThenConfirm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.State != statemachine.Sent || out.Done || out.NextCheckAt.IsZero() {
+	if out.State != settlement.Sent || out.Done || out.NextCheckAt.IsZero() {
 		t.Fatalf("after send: %+v", out)
 	}
 	// A second send (a redelivered job) does nothing.
@@ -132,11 +133,11 @@ func TestResolverSendThenConfirm(t *testing.T) {
 		t.Fatalf("second send = %+v, %v", again, err)
 	}
 	out = resolveUntilTerminal(t, b, "s-ok")
-	if out.State != statemachine.Confirmed {
+	if out.State != settlement.Confirmed {
 		t.Fatalf("final: %+v", out)
 	}
 	r := readRow(t, b.db, "s-ok")
-	if r.state != statemachine.Confirmed || r.movements != 1 || r.moveAmount != 1234 || r.paymentID == nil || r.unfinished != 0 || r.nextCheck != nil {
+	if r.state != settlement.Confirmed || r.movements != 1 || r.moveAmount != 1234 || r.paymentID == nil || r.unfinished != 0 || r.nextCheck != nil {
 		t.Fatalf("row = %+v", r)
 	}
 	// Resolving a confirmed settlement is a no-op.
@@ -156,10 +157,10 @@ func TestResolverRejectedFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.State != statemachine.Failed || !out.Done {
+	if out.State != settlement.Failed || !out.Done {
 		t.Fatalf("out = %+v", out)
 	}
-	if r := readRow(t, b.db, "s-rej"); r.movements != 0 || r.state != statemachine.Failed {
+	if r := readRow(t, b.db, "s-rej"); r.movements != 0 || r.state != settlement.Failed {
 		t.Fatalf("row = %+v", r)
 	}
 }
@@ -171,7 +172,7 @@ func TestResolverSettlementFailure(t *testing.T) {
 	if _, err := b.r.Send(context.Background(), "s-fail", nil); err != nil {
 		t.Fatal(err)
 	}
-	if out := resolveUntilTerminal(t, b, "s-fail"); out.State != statemachine.Failed {
+	if out := resolveUntilTerminal(t, b, "s-fail"); out.State != settlement.Failed {
 		t.Fatalf("out = %+v", out)
 	}
 	if r := readRow(t, b.db, "s-fail"); r.movements != 0 {
@@ -187,13 +188,13 @@ func TestResolverDroppedResponseBecomesUncertainThenConfirmed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.State != statemachine.Uncertain {
+	if out.State != settlement.Uncertain {
 		t.Fatalf("out = %+v", out)
 	}
 	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 20}); err != nil {
 		t.Fatal(err)
 	}
-	if out := resolveUntilTerminal(t, b, "s-drop"); out.State != statemachine.Confirmed {
+	if out := resolveUntilTerminal(t, b, "s-drop"); out.State != settlement.Confirmed {
 		t.Fatalf("out = %+v", out)
 	}
 	if r := readRow(t, b.db, "s-drop"); r.movements != 1 || r.moveAmount != 500 {
@@ -212,7 +213,7 @@ func TestResolverBankDownNeverFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.State != statemachine.Uncertain || out.Done {
+	if out.State != settlement.Uncertain || out.Done {
 		t.Fatalf("out = %+v", out)
 	}
 	for range 3 {
@@ -220,7 +221,7 @@ func TestResolverBankDownNeverFails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out.State != statemachine.Uncertain || out.Done {
+		if out.State != settlement.Uncertain || out.Done {
 			t.Fatalf("out = %+v", out)
 		}
 	}
@@ -229,7 +230,7 @@ func TestResolverBankDownNeverFails(t *testing.T) {
 	}
 	// The bank never saw the key (503 before processing), the key is young:
 	// resend with the same key, then it settles.
-	if out := resolveUntilTerminal(t, b, "s-down"); out.State != statemachine.Confirmed {
+	if out := resolveUntilTerminal(t, b, "s-down"); out.State != settlement.Confirmed {
 		t.Fatalf("out = %+v", out)
 	}
 	if st := b.bank.Stats(); st.MaxPaymentsPerReference != 1 || st.Payments != 1 {
@@ -250,7 +251,7 @@ func TestResolverKeyReuseIsFlagged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.State != statemachine.Uncertain || !out.Done || out.Decision.Flag != ReasonKeyReuse {
+	if out.State != settlement.Uncertain || !out.Done || out.Decision.Flag != ReasonKeyReuse {
 		t.Fatalf("out = %+v", out)
 	}
 	r := readRow(t, b.db, "s-reuse")
@@ -259,7 +260,7 @@ func TestResolverKeyReuseIsFlagged(t *testing.T) {
 	}
 	// Asked again, the bank's payment under our key is not ours: still flagged, never confirmed.
 	out, err = b.r.Resolve(context.Background(), "s-reuse", nil)
-	if err != nil || out.State != statemachine.Uncertain || out.Decision.Flag != ReasonPaymentMismatch {
+	if err != nil || out.State != settlement.Uncertain || out.Decision.Flag != ReasonPaymentMismatch {
 		t.Fatalf("resolve = %+v, %v", out, err)
 	}
 }
@@ -275,7 +276,7 @@ func TestResolverKeyTTL(t *testing.T) {
 	b.r.KeyTTL = time.Second
 	insertSettlement(t, b.db, "s-ttl", 100)
 	out, err := b.r.Send(context.Background(), "s-ttl", nil)
-	if err != nil || out.State != statemachine.Uncertain {
+	if err != nil || out.State != settlement.Uncertain {
 		t.Fatalf("send = %+v, %v", out, err)
 	}
 	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 10_000, KeyTTLMS: 1000}); err != nil {
@@ -287,7 +288,7 @@ func TestResolverKeyTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.State != statemachine.Uncertain || !out.Done || out.Decision.Flag != ReasonKeyForgotten {
+	if out.State != settlement.Uncertain || !out.Done || out.Decision.Flag != ReasonKeyForgotten {
 		t.Fatalf("resolve = %+v", out)
 	}
 	// A redelivered send job does not POST either.
@@ -298,7 +299,7 @@ func TestResolverKeyTTL(t *testing.T) {
 		t.Fatalf("bank payments %d → %d: the engine resent after the key TTL", payments, got)
 	}
 	r := readRow(t, b.db, "s-ttl")
-	if r.state != statemachine.Uncertain || r.flag == nil || *r.flag != ReasonKeyForgotten || r.nextCheck != nil {
+	if r.state != settlement.Uncertain || r.flag == nil || *r.flag != ReasonKeyForgotten || r.nextCheck != nil {
 		t.Fatalf("row = %+v", r)
 	}
 }
@@ -317,7 +318,7 @@ func TestResolverPendingOldAttemptNeverSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Action != ActionCheck || out.State != statemachine.Uncertain || out.Decision.Flag != ReasonKeyForgotten {
+	if out.Action != ActionCheck || out.State != settlement.Uncertain || out.Decision.Flag != ReasonKeyForgotten {
 		t.Fatalf("out = %+v", out)
 	}
 	if st := b.bank.Stats(); st.Payments != 0 {
@@ -348,7 +349,7 @@ func TestResolverConcurrentResolveOneMovement(t *testing.T) {
 		t.Error(err)
 	}
 	r := readRow(t, b.db, "s-race")
-	if r.state != statemachine.Confirmed || r.movements != 1 || r.moveAmount != 700 || r.unfinished != 0 {
+	if r.state != settlement.Confirmed || r.movements != 1 || r.moveAmount != 700 || r.unfinished != 0 {
 		t.Fatalf("row = %+v", r)
 	}
 }
@@ -365,11 +366,11 @@ func TestResolverHookRunsInTransaction(t *testing.T) {
 	// The outcome was rolled back with the hook: still pending, like a
 	// crash before the answer was recorded. A second send asks the bank by
 	// key first and finds the payment: no second POST.
-	if r := readRow(t, b.db, "s-hook"); r.state != statemachine.Pending {
+	if r := readRow(t, b.db, "s-hook"); r.state != settlement.Pending {
 		t.Fatalf("row = %+v", r)
 	}
 	out, err := b.r.Send(context.Background(), "s-hook", nil)
-	if err != nil || out.Action != ActionCheck || out.State != statemachine.Confirmed && out.State != statemachine.Sent {
+	if err != nil || out.Action != ActionCheck || out.State != settlement.Confirmed && out.State != settlement.Sent {
 		t.Fatalf("out = %+v, %v", out, err)
 	}
 	if st := b.bank.Stats(); st.Payments != 1 || st.Replays != 0 {
@@ -381,7 +382,7 @@ func TestResolverNotFound(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, bankclient.Faults{})
 	_, err := b.r.Resolve(context.Background(), "nope", nil)
-	if !errors.Is(err, statemachine.ErrNotFound) {
+	if !errors.Is(err, settlement.ErrNotFound) {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -1,5 +1,5 @@
-// Package statemachine owns the states of a settlement, the table of allowed
-// transitions (DESIGN.md section 3) and the one function that changes
+// Package statemachine owns the table of allowed transitions between the
+// states of a settlement (settlement.State) and the one function that changes
 // settlements.state. No other code may write that column.
 //
 // Every transition is an optimistic UPDATE … WHERE state = $from inside the
@@ -17,44 +17,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/settle/settle/settlement"
 )
-
-// State is the state of a settlement.
-type State string
-
-// The five states. Confirmed and Failed are terminal.
-const (
-	Pending   State = "pending"
-	Sent      State = "sent"
-	Uncertain State = "uncertain"
-	Confirmed State = "confirmed"
-	Failed    State = "failed"
-)
-
-// States lists every state in lifecycle order.
-var States = []State{Pending, Sent, Uncertain, Confirmed, Failed}
 
 // allowed is the transition table of DESIGN.md section 3.
-var allowed = map[State]map[State]bool{
-	Pending:   {Sent: true, Uncertain: true, Failed: true, Confirmed: true},
-	Sent:      {Confirmed: true, Failed: true, Uncertain: true},
-	Uncertain: {Sent: true, Confirmed: true, Failed: true, Pending: true},
+var allowed = map[settlement.State]map[settlement.State]bool{
+	settlement.Pending:   {settlement.Sent: true, settlement.Uncertain: true, settlement.Failed: true, settlement.Confirmed: true},
+	settlement.Sent:      {settlement.Confirmed: true, settlement.Failed: true, settlement.Uncertain: true},
+	settlement.Uncertain: {settlement.Sent: true, settlement.Confirmed: true, settlement.Failed: true, settlement.Pending: true},
+	settlement.Confirmed: {settlement.Returned: true},
 }
-
-// Valid reports whether s is one of the five states.
-func (s State) Valid() bool {
-	switch s {
-	case Pending, Sent, Uncertain, Confirmed, Failed:
-		return true
-	}
-	return false
-}
-
-// Terminal reports whether no transition leaves s.
-func (s State) Terminal() bool { return s == Confirmed || s == Failed }
 
 // Allowed reports whether the table allows from → to.
-func Allowed(from, to State) bool { return allowed[from][to] }
+func Allowed(from, to settlement.State) bool { return allowed[from][to] }
 
 // ErrForbidden is matched (errors.Is) by a transition the table does not allow.
 var ErrForbidden = errors.New("transition not allowed")
@@ -63,16 +39,13 @@ var ErrForbidden = errors.New("transition not allowed")
 // expected state any more: another process moved it first.
 var ErrLostRace = errors.New("settlement is no longer in the expected state")
 
-// ErrNotFound is matched when the settlement does not exist.
-var ErrNotFound = errors.New("settlement not found")
-
 // TransitionError describes a transition that did not happen.
 type TransitionError struct {
 	SettlementID string
-	From, To     State
+	From, To     settlement.State
 	// Actual is the state found when the race was lost ("" if unknown).
-	Actual State
-	Err    error // ErrForbidden, ErrLostRace or ErrNotFound
+	Actual settlement.State
+	Err    error // ErrForbidden, ErrLostRace or settlement.ErrNotFound
 }
 
 func (e *TransitionError) Error() string {
@@ -93,7 +66,7 @@ type DBTX interface {
 // Change is one transition to apply.
 type Change struct {
 	SettlementID string
-	From, To     State
+	From, To     settlement.State
 	// Reason is recorded with the transition ("bank accepted", …).
 	Reason string
 	// At is the time of the transition (the injected clock).
@@ -134,11 +107,11 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 	err = tx.QueryRow(ctx, "SELECT state FROM settlements WHERE settlement_id = $1", c.SettlementID).Scan(&actual)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Err: ErrNotFound}
+		return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Err: settlement.ErrNotFound}
 	case err != nil:
 		return fmt.Errorf("error reading state of settlement %s: %w", c.SettlementID, err)
 	}
-	return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Actual: State(actual), Err: ErrLostRace}
+	return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Actual: settlement.State(actual), Err: ErrLostRace}
 }
 
 // Created records the creation of settlements (→ pending) in their
@@ -156,10 +129,10 @@ func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settleme
 		// The common case (one event over the API) keeps a plain statement,
 		// which PostgreSQL plans once per connection.
 		_, err = tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
-			VALUES ($1, NULL, $2, $3, $4)`, settlementIDs[0], string(Pending), reason, at)
+			VALUES ($1, NULL, $2, $3, $4)`, settlementIDs[0], string(settlement.Pending), reason, at)
 	default:
 		_, err = tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
-			SELECT id, NULL, $2, $3, $4 FROM unnest($1::text[]) AS id`, settlementIDs, string(Pending), reason, at)
+			SELECT id, NULL, $2, $3, $4 FROM unnest($1::text[]) AS id`, settlementIDs, string(settlement.Pending), reason, at)
 	}
 	if err != nil {
 		return fmt.Errorf("error recording creation of %d settlements: %w", len(settlementIDs), err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
 
@@ -38,29 +39,30 @@ func setup(t *testing.T, db *testdb.DB) *testBundle {
 
 func TestAllowedTable(t *testing.T) {
 	t.Parallel()
-	want := map[[2]statemachine.State]bool{
+	want := map[[2]settlement.State]bool{
 		{"pending", "sent"}: true, {"pending", "uncertain"}: true, {"pending", "failed"}: true, {"pending", "confirmed"}: true,
 		{"sent", "confirmed"}: true, {"sent", "failed"}: true, {"sent", "uncertain"}: true,
 		{"uncertain", "sent"}: true, {"uncertain", "confirmed"}: true, {"uncertain", "failed"}: true, {"uncertain", "pending"}: true,
+		{"confirmed", "returned"}: true,
 	}
 	n := 0
-	for _, from := range statemachine.States {
-		for _, to := range statemachine.States {
-			if got := statemachine.Allowed(from, to); got != want[[2]statemachine.State{from, to}] {
+	for _, from := range settlement.States {
+		for _, to := range settlement.States {
+			if got := statemachine.Allowed(from, to); got != want[[2]settlement.State{from, to}] {
 				t.Errorf("Allowed(%s, %s) = %v", from, to, got)
 			}
 			if statemachine.Allowed(from, to) {
 				n++
 			}
 		}
-		if from.Terminal() != (from == statemachine.Confirmed || from == statemachine.Failed) {
+		if from.Terminal() != (from == settlement.Confirmed || from == settlement.Failed || from == settlement.Returned) {
 			t.Errorf("%s.Terminal() wrong", from)
 		}
 	}
 	if n != len(want) {
 		t.Errorf("%d allowed transitions, want %d", n, len(want))
 	}
-	if statemachine.State("paid").Valid() || statemachine.Allowed("paid", "sent") {
+	if settlement.State("paid").Valid() || statemachine.Allowed("paid", "sent") {
 		t.Error("an unknown state is accepted")
 	}
 }
@@ -70,8 +72,8 @@ func TestAllowedTable(t *testing.T) {
 func TestTransitionEveryPair(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	for _, from := range statemachine.States {
-		for _, to := range statemachine.States {
+	for _, from := range settlement.States {
+		for _, to := range settlement.States {
 			t.Run(string(from)+"_to_"+string(to), func(t *testing.T) {
 				t.Parallel()
 				b := setup(t, db)
@@ -105,13 +107,13 @@ func TestTransitionLostRaceAndNotFound(t *testing.T) {
 	b := setup(t, db)
 	ctx := context.Background()
 	// The settlement is pending; a worker believing it is sent loses.
-	err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: statemachine.Sent, To: statemachine.Confirmed, Reason: "test"})
+	err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed, Reason: "test"})
 	var te *statemachine.TransitionError
-	if !errors.Is(err, statemachine.ErrLostRace) || !errors.As(err, &te) || te.Actual != statemachine.Pending {
+	if !errors.Is(err, statemachine.ErrLostRace) || !errors.As(err, &te) || te.Actual != settlement.Pending {
 		t.Fatalf("err = %v, want lost race with actual pending", err)
 	}
-	err = statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "nope", From: statemachine.Pending, To: statemachine.Sent, Reason: "test"})
-	if !errors.Is(err, statemachine.ErrNotFound) {
+	err = statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "nope", From: settlement.Pending, To: settlement.Sent, Reason: "test"})
+	if !errors.Is(err, settlement.ErrNotFound) {
 		t.Fatalf("err = %v, want not found", err)
 	}
 }
@@ -129,13 +131,13 @@ func TestConcurrentTransitionsOneWinner(t *testing.T) {
 	const n = 8
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
-		to := statemachine.Confirmed
+		to := settlement.Confirmed
 		if i%2 == 1 {
-			to = statemachine.Failed
+			to = settlement.Failed
 		}
 		go func() {
 			errs <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-				return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "r1", From: statemachine.Sent, To: to, Reason: "race"})
+				return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "r1", From: settlement.Sent, To: to, Reason: "race"})
 			})
 		}()
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/ops"
 	"github.com/settle/settle/reconcile"
-	"github.com/settle/settle/statemachine"
+	"github.com/settle/settle/settlement"
 )
 
 const reconcileDescription = `
@@ -205,11 +205,11 @@ func (c *reconcileCmd) summary(ctx context.Context, args []string) int {
 	} else {
 		tw := tabwriter.NewWriter(c.s.Out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "STATE\tCOUNT\tOLDEST IN STATE")
-		for _, st := range statemachine.States {
+		for _, st := range settlement.States {
 			oldest := ""
 			if a, ok := sum.OldestOpenAgeSeconds[st]; ok {
 				oldest = age(a)
-				if st == statemachine.Uncertain {
+				if st == settlement.Uncertain {
 					oldest += " (" + sum.OldestUncertainID + ")"
 				}
 			}
@@ -251,7 +251,7 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	st := statemachine.State(*state)
+	st := settlement.State(*state)
 	switch {
 	case fs.NArg() > 0:
 		fmt.Fprintf(c.s.Err, "settle reconcile list: unexpected arguments %q\n", fs.Args())

@@ -8,12 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// States lists every settlement state, in the order of DESIGN.md section 3.
-// The settle_settlements gauge always reports all of them (zero included),
-// so dashboards and alerts never see a series vanish.
-var States = []string{"pending", "sent", "uncertain", "confirmed", "failed"}
+	"github.com/settle/settle/settlement"
+)
 
 // Querier is the part of a pgx pool or connection the state collector uses.
 type Querier interface {
@@ -49,7 +46,7 @@ type StateCollector struct {
 
 	mu       sync.Mutex
 	readAt   time.Time
-	byState  map[string]int64
+	byState  map[settlement.State]int64
 	needs    int64
 	haveRead bool
 }
@@ -91,8 +88,10 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	byState, needs, ok := c.snapshot()
 	if ok {
-		for _, s := range States {
-			ch <- prometheus.MustNewConstMetric(c.settlements, prometheus.GaugeValue, float64(byState[s]), s)
+		// Every state, zero included, so dashboards and alerts never see a
+		// series vanish.
+		for _, s := range settlement.States {
+			ch <- prometheus.MustNewConstMetric(c.settlements, prometheus.GaugeValue, float64(byState[s]), string(s))
 		}
 		ch <- prometheus.MustNewConstMetric(c.needsInv, prometheus.GaugeValue, float64(needs))
 	}
@@ -101,7 +100,7 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 
 // snapshot returns the cached counts, refreshing them when older than
 // CacheFor. ok is false only when no read has ever succeeded.
-func (c *StateCollector) snapshot() (map[string]int64, int64, bool) {
+func (c *StateCollector) snapshot() (map[settlement.State]int64, int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.opts.Now()
@@ -120,22 +119,22 @@ func (c *StateCollector) snapshot() (map[string]int64, int64, bool) {
 }
 
 // CountStates returns the number of settlements in each state (every state
-// of States is present) and the number flagged needs_investigation, read in
+// of settlement.States is present) and the number flagged needs_investigation, read in
 // one grouped query.
-func CountStates(ctx context.Context, db Querier) (map[string]int64, int64, error) {
+func CountStates(ctx context.Context, db Querier) (map[settlement.State]int64, int64, error) {
 	rows, err := db.Query(ctx, `SELECT state, count(*), count(*) FILTER (WHERE needs_investigation)
 		FROM settlements GROUP BY state`)
 	if err != nil {
 		return nil, 0, fmt.Errorf("error counting settlements by state: %w", err)
 	}
 	defer rows.Close()
-	byState := make(map[string]int64, len(States))
-	for _, s := range States {
+	byState := make(map[settlement.State]int64, len(settlement.States))
+	for _, s := range settlement.States {
 		byState[s] = 0
 	}
 	var needs int64
 	for rows.Next() {
-		var state string
+		var state settlement.State
 		var n, inv int64
 		if err := rows.Scan(&state, &n, &inv); err != nil {
 			return nil, 0, fmt.Errorf("error reading settlement counts: %w", err)

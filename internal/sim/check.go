@@ -10,6 +10,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
 
@@ -186,9 +187,9 @@ func Check(ctx context.Context, db Querier, e Expect) ([]string, error) {
 		// Movements.
 		ms := movesOf[s.id]
 		switch {
-		case s.state == string(statemachine.Confirmed) && len(ms) != 1:
+		case s.state == string(settlement.Confirmed) && len(ms) != 1:
 			bad("%s: confirmed with %d ledger movements", s.id, len(ms))
-		case s.state != string(statemachine.Confirmed) && len(ms) != 0:
+		case s.state != string(settlement.Confirmed) && len(ms) != 0:
 			bad("%s: %s with %d ledger movement(s)", s.id, s.state, len(ms))
 		}
 		for _, m := range ms {
@@ -222,8 +223,8 @@ func Check(ctx context.Context, db Querier, e Expect) ([]string, error) {
 				settled++
 			}
 		}
-		switch statemachine.State(s.state) {
-		case statemachine.Confirmed:
+		switch settlement.State(s.state) {
+		case settlement.Confirmed:
 			if settled == 0 {
 				bad("%s: confirmed but the bank holds no settled payment for it (%d payment(s))", s.id, len(pays))
 			}
@@ -232,7 +233,7 @@ func Check(ctx context.Context, db Querier, e Expect) ([]string, error) {
 					bad("%s: movement names bank payment %v, which is not a settled payment of it", s.id, deref(m.paymentID))
 				}
 			}
-		case statemachine.Failed:
+		case settlement.Failed:
 			if settled > 0 {
 				bad("%s: failed but the bank settled a payment for it", s.id)
 			}
@@ -243,7 +244,7 @@ func Check(ctx context.Context, db Querier, e Expect) ([]string, error) {
 		}
 
 		// Liveness.
-		if e.Recovered && !statemachine.State(s.state).Terminal() && !s.flagged {
+		if e.Recovered && !settlement.State(s.state).Terminal() && !s.flagged {
 			bad("%s: still %s after recovery and not flagged needs_investigation", s.id, s.state)
 		}
 	}
@@ -255,14 +256,14 @@ func Check(ctx context.Context, db Querier, e Expect) ([]string, error) {
 		switch {
 		case !seen && t.from != nil:
 			bad("%s: history starts with %s → %s, not with its creation", t.id, *t.from, t.to)
-		case !seen && t.to != string(statemachine.Pending):
+		case !seen && t.to != string(settlement.Pending):
 			bad("%s: created in %s, not pending", t.id, t.to)
 		case seen && t.from == nil:
 			bad("%s: a second creation transition (→ %s)", t.id, t.to)
 		case seen && *t.from != p.to:
 			bad("%s: transition %s → %s does not follow the previous state %s", t.id, *t.from, t.to, p.to)
 		}
-		if t.from != nil && !statemachine.Allowed(statemachine.State(*t.from), statemachine.State(t.to)) {
+		if t.from != nil && !statemachine.Allowed(settlement.State(*t.from), settlement.State(t.to)) {
 			bad("%s: transition %s → %s is not allowed (%s)", t.id, *t.from, t.to, t.why)
 		}
 		prev[t.id] = t
