@@ -12,6 +12,12 @@
 // When running as root the server runs as the unprivileged "postgres" user
 // (PostgreSQL refuses to run as root). The package never touches a cluster it
 // did not create, and never stops a shared cluster unless asked to.
+//
+// Every cluster directory records the home that made it (a file named
+// settle-home), and every process that uses a cluster through Ensure holds a
+// shared lock on it until it exits or calls Release. A process that started
+// the server only for itself stops it in Release unless another process holds
+// it; List and Prune find and remove the clusters whose home is gone.
 package pgembed
 
 import (
@@ -64,6 +70,8 @@ type Options struct {
 
 // Cluster is a running cluster.
 type Cluster struct {
+	// Home is the home directory the cluster belongs to (Options.Home).
+	Home string
 	// Dir is the cluster directory: Dir/data is the data directory and
 	// the Unix socket lives in Dir/run.
 	Dir    string
@@ -144,7 +152,8 @@ func (c *Cluster) logFile() string   { return filepath.Join(c.Dir, "postgres.log
 
 // Ensure returns the running cluster under opts.Home, creating and starting
 // it first when needed. Concurrent callers, in this process or others, get
-// the same cluster.
+// the same cluster. The calling process holds the cluster (see Release)
+// until it exits or calls Release.
 func Ensure(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Home == "" {
 		return nil, errors.New("pgembed: Options.Home is required")
@@ -172,7 +181,7 @@ func Ensure(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := os.MkdirAll(opts.Home, 0o700); err != nil {
 		return nil, fmt.Errorf("error creating %s: %w", opts.Home, err)
 	}
-	c := &Cluster{Dir: clusterDir(opts.Home, cred), BinDir: binDir, runAs: cred}
+	c := &Cluster{Home: opts.Home, Dir: clusterDir(opts.Home, cred), BinDir: binDir, runAs: cred}
 
 	unlock, err := lockFile(ctx, filepath.Join(opts.Home, "cluster.lock"))
 	if err != nil {
@@ -180,6 +189,12 @@ func Ensure(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	defer unlock()
 
+	if err := c.prepareDir(); err != nil {
+		return nil, err
+	}
+	if err := holdUse(ctx, c.Dir); err != nil {
+		return nil, err
+	}
 	if pid, port, ok := c.running(); ok {
 		c.PID, c.Port = pid, port
 		if err := c.waitReady(ctx, 30*time.Second); err == nil {
@@ -209,7 +224,12 @@ func Find(home string) (*Cluster, bool, error) {
 		return nil, false, err
 	}
 	binDir, _ := FindBinDir()
-	c := &Cluster{Dir: clusterDir(home, cred), BinDir: binDir, runAs: cred}
+	c := &Cluster{Home: home, Dir: clusterDir(home, cred), BinDir: binDir, runAs: cred}
+	if _, err := os.Stat(filepath.Join(c.dataDir(), "PG_VERSION")); err == nil {
+		// A cluster made before clusters recorded their home learns it
+		// here, from a home that is known to own it.
+		_ = writeOwner(c.Dir, home)
+	}
 	pid, port, ok := c.running()
 	c.PID, c.Port = pid, port
 	return c, ok, nil
@@ -248,31 +268,33 @@ func (c *Cluster) running() (pid, port int, ok bool) {
 	}
 	pid, err1 := strconv.Atoi(strings.TrimSpace(lines[0]))
 	port, err2 := strconv.Atoi(strings.TrimSpace(lines[3]))
-	if err1 != nil || err2 != nil || pid <= 0 {
-		return 0, 0, false
-	}
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return 0, 0, false
-	}
-	// The pid may have been reused by another program after a crash.
-	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil &&
-		!strings.HasPrefix(strings.TrimSpace(string(comm)), "postgres") {
+	if err1 != nil || err2 != nil || pid <= 0 || !isPostgres(pid) {
 		return 0, 0, false
 	}
 	return pid, port, true
+}
+
+// prepareDir creates the cluster directory, owned by the server user, and
+// records in it the home it belongs to.
+func (c *Cluster) prepareDir() error {
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return fmt.Errorf("error creating %s: %w", c.Dir, err)
+	}
+	if err := c.runAs.chown(c.Dir); err != nil {
+		return err
+	}
+	return writeOwner(c.Dir, c.Home)
 }
 
 func (c *Cluster) initIfNeeded(ctx context.Context, ephemeral bool, logf func(string, ...any)) error {
 	if _, err := os.Stat(filepath.Join(c.dataDir(), "PG_VERSION")); err == nil {
 		return nil
 	}
-	for _, d := range []string{c.Dir, c.socketDir()} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("error creating %s: %w", d, err)
-		}
-		if err := c.runAs.chown(d); err != nil {
-			return err
-		}
+	if err := os.MkdirAll(c.socketDir(), 0o700); err != nil {
+		return fmt.Errorf("error creating %s: %w", c.socketDir(), err)
+	}
+	if err := c.runAs.chown(c.socketDir()); err != nil {
+		return err
 	}
 	// A half-finished initdb (crash) leaves a data directory without
 	// PG_VERSION; start again from nothing.
@@ -387,23 +409,24 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 // startWatchdog starts a detached process that stops the cluster and
-// removes home once the current process has exited, so that a test binary
-// killed by a timeout leaves no server behind.
+// removes home (and the cluster directory, when it lives elsewhere) once
+// the current process has exited, so that a test binary killed by a
+// timeout leaves no server behind.
 func (c *Cluster) startWatchdog(home string) error {
-	script := fmt.Sprintf(`while [ -d /proc/%d ]; do sleep 0.2; done
-%s -D %s -m immediate -w stop >/dev/null 2>&1
-rm -rf %s`, os.Getpid(), shellQuote(filepath.Join(c.BinDir, "pg_ctl")), shellQuote(c.dataDir()), shellQuote(home))
-	cmd := exec.Command("/bin/sh", "-c", script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	remove := shellQuote(home)
+	if !strings.HasPrefix(c.Dir, home+string(filepath.Separator)) {
+		remove += " " + shellQuote(c.Dir)
+	}
+	stop := fmt.Sprintf("%s -D %s -m immediate -w stop >/dev/null 2>&1",
+		shellQuote(filepath.Join(c.BinDir, "pg_ctl")), shellQuote(c.dataDir()))
 	if c.runAs != nil {
 		// rm of a root-owned home needs root; pg_ctl refuses root. Run the
 		// stop as the server user and the removal as ourselves.
-		script = fmt.Sprintf(`while [ -d /proc/%d ]; do sleep 0.2; done
-setpriv --reuid=%d --regid=%d --clear-groups %s -D %s -m immediate -w stop >/dev/null 2>&1
-rm -rf %s`, os.Getpid(), c.runAs.uid, c.runAs.gid, shellQuote(filepath.Join(c.BinDir, "pg_ctl")), shellQuote(c.dataDir()), shellQuote(home))
-		cmd = exec.Command("/bin/sh", "-c", script)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		stop = fmt.Sprintf("setpriv --reuid=%d --regid=%d --clear-groups %s", c.runAs.uid, c.runAs.gid, stop)
 	}
+	script := fmt.Sprintf("while [ -d /proc/%d ]; do sleep 0.2; done\n%s\nrm -rf %s", os.Getpid(), stop, remove)
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("error starting the cluster watchdog: %w", err)
 	}
@@ -467,15 +490,19 @@ func serverCredential() (*credential, error) {
 	return &credential{uid: uint32(uid), gid: uint32(gid), name: u.Username}, nil
 }
 
+// ClusterRoot is where clusters live when settle runs as root and the
+// server user cannot reach their home.
+const ClusterRoot = "/var/lib/settle"
+
 // clusterDir is home/pg, unless we are root and the server user cannot
 // reach home (root's home is usually mode 0700); then the cluster lives in
-// /var/lib/settle/<hash of home>, and home/pg.path says where.
+// ClusterRoot/cluster-<hash of home>, and home/pg.path says where.
 func clusterDir(home string, cred *credential) string {
 	dir := filepath.Join(home, "pg")
 	if cred == nil || reachable(cred, home) {
 		return dir
 	}
-	alt := filepath.Join("/var/lib/settle", "cluster-"+shortHash(home))
+	alt := altClusterDir(home)
 	_ = os.MkdirAll(filepath.Dir(alt), 0o755)
 	_ = os.WriteFile(filepath.Join(home, "pg.path"), []byte(alt+"\n"), 0o644)
 	return alt
@@ -510,6 +537,11 @@ func reachable(cred *credential, dir string) bool {
 		}
 		p = parent
 	}
+}
+
+// altClusterDir is the directory under ClusterRoot of home's cluster.
+func altClusterDir(home string) string {
+	return filepath.Join(ClusterRoot, "cluster-"+shortHash(home))
 }
 
 func shortHash(s string) string {
