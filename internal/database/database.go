@@ -24,21 +24,45 @@ const DefaultDBName = "settle"
 // reuses) the embedded default cluster under $SETTLE_HOME, makes sure the
 // settle database exists in it, and returns its URL.
 func Resolve(ctx context.Context, logf func(string, ...any)) (string, error) {
+	url, _, err := ResolveCluster(ctx, logf)
+	return url, err
+}
+
+// ResolveCluster is Resolve that also returns the embedded cluster, or nil
+// when DATABASE_URL is set. The cluster's Started says whether this call
+// started its server; its Release ends the process's use of it and stops
+// the server when this process started it and no other settle process
+// uses it, which a command that needs the cluster only for itself defers.
+func ResolveCluster(ctx context.Context, logf func(string, ...any)) (string, *pgembed.Cluster, error) {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u, nil
+		return u, nil, nil
 	}
 	home, err := pgembed.DefaultHome()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
+	c, err := Embedded(ctx, home, logf)
+	if err != nil {
+		return "", nil, err
+	}
+	return c.URL(DefaultDBName), c, nil
+}
+
+// Embedded starts (or reuses) the embedded default cluster under home and
+// makes sure the settle database (DefaultDBName) exists in it.
+func Embedded(ctx context.Context, home string, logf func(string, ...any)) (*pgembed.Cluster, error) {
 	c, err := pgembed.Ensure(ctx, pgembed.Options{Home: home, Logf: logf})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if err := CreateDatabase(ctx, c.URL("postgres"), DefaultDBName, ""); err != nil {
-		return "", err
+		if c.Started {
+			// Do not leave behind a server nobody was told about.
+			_, _ = c.Release(context.WithoutCancel(ctx))
+		}
+		return nil, err
 	}
-	return c.URL(DefaultDBName), nil
+	return c, nil
 }
 
 // CreateDatabase creates database name (from template when not empty)
