@@ -41,6 +41,7 @@ func commands() []command {
 		{"demo", "the whole system in one command: faulty bank, worker, events, report", cmdDemo},
 		{"reconcile", "what is stuck, one settlement's story, conflicts, resolve, ledger vs bank", cmdReconcile},
 		{"bench", "throughput, replay latency and memory, each against a baseline from the same run", cmdBench},
+		{"statement", "parse bank statement files (camt.053/054, BAI2, MT940)", cmdStatement},
 	}
 }
 
