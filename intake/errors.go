@@ -32,9 +32,6 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 // event may (and should) be delivered again later. HTTP 503.
 var ErrUnavailable = errors.New("database unavailable")
 
-// ErrNotFound is matched when a settlement does not exist.
-var ErrNotFound = errors.New("settlement not found")
-
 // unavailableError wraps a database error that a later retry may not hit.
 type unavailableError struct{ err error }
 

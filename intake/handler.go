@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/settle/settle/settlement"
 )
 
 // MaxBatchBytes is the largest accepted batch body.
@@ -137,7 +139,7 @@ func (h *Handler) acquire(ctx context.Context) bool {
 
 // settlementBody is the answer to an accepted event.
 type settlementBody struct {
-	Settlement
+	settlement.Settlement
 	Replayed bool `json:"replayed"`
 }
 

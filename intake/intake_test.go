@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/internal/syncbuf"
+	"github.com/settle/settle/settlement"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -297,7 +298,7 @@ func TestGetSettlement(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("%d %s", r.status, r.raw)
 	}
-	var v intake.View
+	var v settlement.View
 	if err := json.Unmarshal(r.raw, &v); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+
+	"github.com/settle/settle/settlement"
 )
 
 // Problem is an RFC 9457 problem details object, the body of every error
@@ -67,7 +69,7 @@ func problemFor(err error) Problem {
 		return Problem{Type: ProblemConflict, Title: "Settlement already received with another payload", Status: http.StatusConflict,
 			Detail:       "the settlement_id was received before with a different payload; the event was not applied and the conflict was recorded",
 			SettlementID: ce.SettlementID, StoredHash: ce.StoredHash, IncomingHash: ce.IncomingHash}
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, settlement.ErrNotFound):
 		return Problem{Type: ProblemNotFound, Title: "Settlement not found", Status: http.StatusNotFound}
 	case errors.Is(err, ErrUnavailable):
 		return Problem{Type: ProblemUnavailable, Title: "Database unavailable", Status: http.StatusServiceUnavailable,

@@ -14,6 +14,8 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
 
@@ -102,33 +104,17 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Settlement is a stored settlement as the API shows it.
-type Settlement struct {
-	SettlementID        string    `json:"settlement_id"`
-	AccountID           string    `json:"account_id"`
-	AmountCents         int64     `json:"amount_cents"`
-	Currency            string    `json:"currency"`
-	Beneficiary         string    `json:"beneficiary"`
-	State               string    `json:"state"`
-	PayloadHash         string    `json:"payload_hash"`
-	BankKey             string    `json:"bank_key"`
-	NeedsInvestigation  bool      `json:"needs_investigation"`
-	InvestigationReason string    `json:"investigation_reason,omitempty"`
-	CreatedAt           time.Time `json:"created_at"`
-	UpdatedAt           time.Time `json:"updated_at"`
-}
-
 // settlementColumns are scanned by scanSettlement, in this order.
 const settlementColumns = `settlement_id, account_id, amount_cents, currency, beneficiary, state,
 	payload_hash, bank_key, needs_investigation, investigation_reason, created_at, updated_at`
 
-func scanSettlement(row pgx.Row, extra ...any) (Settlement, error) {
-	var st Settlement
+func scanSettlement(row pgx.Row, extra ...any) (settlement.Settlement, error) {
+	var st settlement.Settlement
 	var reason *string
 	dest := append([]any{&st.SettlementID, &st.AccountID, &st.AmountCents, &st.Currency, &st.Beneficiary, &st.State,
 		&st.PayloadHash, &st.BankKey, &st.NeedsInvestigation, &reason, &st.CreatedAt, &st.UpdatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
-		return Settlement{}, err
+		return settlement.Settlement{}, err
 	}
 	if reason != nil {
 		st.InvestigationReason = *reason
@@ -139,7 +125,7 @@ func scanSettlement(row pgx.Row, extra ...any) (Settlement, error) {
 // Result is the answer to an accepted event: a new settlement or a replay.
 type Result struct {
 	// Settlement is the stored settlement with its current state.
-	Settlement Settlement
+	Settlement settlement.Settlement
 	// Replayed is true when the event had been received before.
 	Replayed bool
 	// ReceivedAt is when the first receipt was taken (replays only; zero
@@ -286,7 +272,7 @@ func (s *Service) count(o Outcome, now time.Time) {
 // commitResult is what the intake transaction found and wrote.
 type commitResult struct {
 	// stored holds every lead's settlement as committed.
-	stored map[string]Settlement
+	stored map[string]settlement.Settlement
 	// created holds the settlement_ids created by this transaction.
 	created map[string]bool
 	// receivedAt holds the first receipt time of settlements received before.
@@ -369,7 +355,7 @@ LEFT JOIN settlement_receipts rc USING (settlement_id)`
 // commit runs the one intake transaction for the leads.
 func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKey]int64, now time.Time) (commitResult, error) {
 	res := commitResult{
-		stored:     make(map[string]Settlement, len(leads)),
+		stored:     make(map[string]settlement.Settlement, len(leads)),
 		created:    make(map[string]bool, len(leads)),
 		receivedAt: make(map[string]time.Time),
 		claimed:    make(map[string]bool),
@@ -564,12 +550,12 @@ func (s *Service) Ping(ctx context.Context) error {
 }
 
 // View loads everything about settlement id (see LoadView).
-func (s *Service) View(ctx context.Context, id string) (View, error) {
+func (s *Service) View(ctx context.Context, id string) (settlement.View, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	v, err := LoadView(ctx, s.db, id)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return View{}, classify(err)
+	v, err := reconcile.LoadView(ctx, s.db, id)
+	if err != nil && !errors.Is(err, settlement.ErrNotFound) {
+		return settlement.View{}, classify(err)
 	}
 	return v, err
 }

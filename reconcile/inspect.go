@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -12,13 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/settle/settle/intake"
 	"github.com/settle/settle/settlement"
 )
-
-// ErrNotFound is matched (errors.Is) when a settlement does not exist. It is
-// settlement.ErrNotFound, which Resolver.Resolve returns too.
-var ErrNotFound = settlement.ErrNotFound
 
 // ListOptions selects the settlements of Inspector.List.
 type ListOptions struct {
@@ -103,9 +97,9 @@ func (i *Inspector) List(ctx context.Context, opts ListOptions, fn func(Settleme
 
 // Story is everything settle knows about one settlement, and the same facts
 // merged into one timeline: what `settle reconcile show` prints. It embeds
-// the view of GET /v1/settlements/{id} (intake.LoadView).
+// the view of GET /v1/settlements/{id} (LoadView).
 type Story struct {
-	intake.View
+	settlement.View
 	// Conflicts are the events rejected for carrying another payload under
 	// this settlement's id.
 	Conflicts []Conflict `json:"conflicts"`
@@ -127,15 +121,12 @@ type Event struct {
 }
 
 // Show reads the whole story of settlement id in one snapshot. It returns an
-// error matching ErrNotFound when there is no such settlement.
+// error matching settlement.ErrNotFound when there is no such settlement.
 func (i *Inspector) Show(ctx context.Context, id string) (Story, error) {
 	var st Story
 	now := i.now()
 	err := i.readTx(ctx, func(tx pgx.Tx) error {
-		v, err := intake.LoadView(ctx, tx, id)
-		if errors.Is(err, intake.ErrNotFound) {
-			return fmt.Errorf("error showing settlement %s: %w", id, ErrNotFound)
-		}
+		v, err := LoadView(ctx, tx, id)
 		if err != nil {
 			return fmt.Errorf("error showing settlement %s: %w", id, err)
 		}

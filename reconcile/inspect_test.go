@@ -76,7 +76,7 @@ func TestInspectShowTellsTheStoryInOrder(t *testing.T) {
 			t.Errorf("timeline out of order at %d: %+v", i, st.Timeline)
 		}
 	}
-	if _, err := in.Show(ctx, "nope"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("show unknown: %v, want ErrNotFound", err)
+	if _, err := in.Show(ctx, "nope"); !errors.Is(err, settlement.ErrNotFound) {
+		t.Errorf("show unknown: %v, want settlement.ErrNotFound", err)
 	}
 }

@@ -340,7 +340,7 @@ Exit 0 when found, 1 when there is no such settlement.`, c.s)
 	}
 	defer pool.Close()
 	st, err := c.inspector(pool).Show(ctx, id)
-	if errors.Is(err, reconcile.ErrNotFound) {
+	if errors.Is(err, settlement.ErrNotFound) {
 		fmt.Fprintf(c.s.Err, "settle reconcile show: no settlement %q\n", id)
 		return exitFindings
 	}
@@ -354,7 +354,7 @@ Exit 0 when found, 1 when there is no such settlement.`, c.s)
 	s := st.Settlement
 	tw := tabwriter.NewWriter(c.s.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "settlement\t%s\n", s.SettlementID)
-	state := s.State
+	state := string(s.State)
 	if s.NeedsInvestigation {
 		state += "   NEEDS INVESTIGATION: " + s.InvestigationReason
 	}
@@ -525,7 +525,7 @@ afterwards or does not exist, 2 when the bank or the database is unreachable.`, 
 		res := resolveResult{SettlementID: id}
 		out, err := r.Resolve(ctx, id, nil)
 		switch {
-		case errors.Is(err, reconcile.ErrNotFound):
+		case errors.Is(err, settlement.ErrNotFound):
 			res.Error = "no such settlement"
 			code = max(code, exitFindings)
 		case err != nil:
