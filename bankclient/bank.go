@@ -82,3 +82,15 @@ func Payments(ctx context.Context, b Bank, limit int) iter.Seq2[Payment, error] 
 		}
 	}
 }
+
+// AllPayments reads the bank's whole statement (see Payments) into a slice.
+func AllPayments(ctx context.Context, b Bank) ([]Payment, error) {
+	var out []Payment
+	for p, err := range Payments(ctx, b, 1000) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/syncbuf"
+	"github.com/settle/settle/internal/settletest"
 )
 
 // fastRetry is a retry policy with tiny waits, so tests do not sleep.
@@ -45,7 +45,7 @@ type observation struct{ op, outcome string }
 type testBundle struct {
 	client *Client
 	server *httptest.Server
-	logs   *syncbuf.Buffer
+	logs   *settletest.Buffer
 
 	mu   sync.Mutex
 	reqs []recorded
@@ -68,7 +68,7 @@ func (b *testBundle) observations() []observation {
 // client of it with fast retries, a debug logger and the test token.
 func setup(t *testing.T, handler http.HandlerFunc, mutate ...func(*Options)) *testBundle {
 	t.Helper()
-	b := &testBundle{logs: &syncbuf.Buffer{}}
+	b := &testBundle{logs: &settletest.Buffer{}}
 	b.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		b.mu.Lock()

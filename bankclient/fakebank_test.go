@@ -9,6 +9,8 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/internal/settletest"
 )
 
 // This file runs the client against the bank simulator in-process: the two
@@ -18,14 +20,14 @@ import (
 type fakebankBundle struct {
 	bank   *fakebank.Bank
 	client *bankclient.Client
-	clock  *fakebank.ManualClock
+	clock  *settletest.ManualClock
 	url    string
 }
 
 func setupFakebank(t *testing.T, faults bankclient.Faults) *fakebankBundle {
 	t.Helper()
-	clock := fakebank.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	bank, url := fakebank.NewTestServer(t, fakebank.Options{Seed: 1, Now: clock.Now, Faults: faults})
+	clock := settletest.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Now: clock.Now, Faults: faults})
 	client, err := bankclient.New(url, bankclient.Options{
 		Timeout: 10 * time.Second,
 		Retry: bankclient.RetryPolicy{

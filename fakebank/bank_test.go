@@ -16,6 +16,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/settletest"
 )
 
 func TestReplayVersusKeyReuse(t *testing.T) {
@@ -264,7 +265,7 @@ func TestKeyTTLLetsAForgottenKeyPayTwice(t *testing.T) {
 func TestStateSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "books.json")
-	clock := fakebank.NewManualClock(t0)
+	clock := settletest.NewManualClock(t0)
 	opts := fakebank.Options{StatePath: path, Now: clock.Now, Faults: bankclient.Faults{SettleDelayMS: 60_000}}
 
 	tb := setup(t, opts)

@@ -5,11 +5,12 @@ import (
 
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/conformance"
+	"github.com/settle/settle/fakebank/fakebanktest"
 )
 
 func TestConformanceInProcess(t *testing.T) {
 	t.Parallel()
-	_, url := fakebank.NewTestServer(t, fakebank.Options{Seed: 1})
+	_, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 1})
 	conformance.Run(t, url)
 }
 

@@ -12,12 +12,14 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/settletest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testbin.Cleanup()
+	bintest.Cleanup()
 	os.Exit(code)
 }
 
@@ -30,17 +32,17 @@ var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 type testBundle struct {
 	bank  *fakebank.Bank
 	url   string
-	clock *fakebank.ManualClock
+	clock *settletest.ManualClock
 	http  *http.Client
 }
 
 func setup(t *testing.T, opts fakebank.Options) *testBundle {
 	t.Helper()
-	clock := fakebank.NewManualClock(t0)
+	clock := settletest.NewManualClock(t0)
 	if opts.Now == nil {
 		opts.Now = clock.Now
 	}
-	bank, url := fakebank.NewTestServer(t, opts)
+	bank, url := fakebanktest.NewServer(t, opts)
 	tr := &http.Transport{DisableKeepAlives: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &testBundle{bank: bank, url: url, clock: clock, http: &http.Client{Transport: tr}}

@@ -15,18 +15,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/syncbuf"
+	"github.com/settle/settle/internal/settletest"
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank/conformance"
-	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/internal/bintest"
 )
 
 // bankProcess is `settle fakebank` running as a subprocess.
 type bankProcess struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncbuf.Buffer
+	stderr *settletest.Buffer
 	exited chan struct{} // closed when the process has been waited for
 	err    error         // Wait's result, valid once exited is closed
 }
@@ -35,13 +35,13 @@ type bankProcess struct {
 // waits until it announces its URL. The process is killed when the test ends.
 func startBankProcess(t *testing.T, args ...string) *bankProcess {
 	t.Helper()
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	cmd := exec.Command(bin, append([]string{"fakebank", "--listen", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bp := &bankProcess{cmd: cmd, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
+	bp := &bankProcess{cmd: cmd, stderr: &settletest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = bp.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("error starting %s: %v", bin, err)
@@ -140,7 +140,7 @@ func TestSubprocessStopsGracefullyOnSIGTERM(t *testing.T) {
 
 func TestSubprocessHelpDocumentsFlagsAndAdminAPI(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(testbin.Build(t), "fakebank", "--help").CombinedOutput()
+	out, err := exec.Command(bintest.Build(t), "fakebank", "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("settle fakebank --help: %v\n%s", err, out)
 	}
@@ -185,7 +185,7 @@ func TestSubprocessInitialFaultFlags(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]string{{"--faults", `{"reject_rate":3}`}, {"--faults", `{"nope":1}`}, {"extra-arg"}} {
-		out, err := exec.Command(testbin.Build(t), append([]string{"fakebank", "--listen", "127.0.0.1:0"}, bad...)...).CombinedOutput()
+		out, err := exec.Command(bintest.Build(t), append([]string{"fakebank", "--listen", "127.0.0.1:0"}, bad...)...).CombinedOutput()
 		var exitErr *exec.ExitError
 		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 2 {
 			t.Errorf("%q: want exit status 2, got %v\n%s", bad, err, out)

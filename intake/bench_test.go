@@ -10,7 +10,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/jobs"
 )
 
@@ -38,7 +38,7 @@ func BenchmarkDecode(b *testing.B) {
 // a replay, a batch of 100 new events and, for comparison on the same
 // database, a bare one-row INSERT + COMMIT.
 func BenchmarkIntakeTx(b *testing.B) {
-	db := testdb.New(b)
+	db := dbtest.New(b)
 	ctx := context.Background()
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
 	if err != nil {

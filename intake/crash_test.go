@@ -10,22 +10,22 @@ import (
 	"time"
 
 	"github.com/settle/settle/internal/crash"
-	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/workerproc"
+	"github.com/settle/settle/internal/workertest"
 )
 
 // startWorker runs `settle worker` on a free port against db with the extra
 // environment (its bank does not answer: only intake matters here), and
 // waits for it to listen. It is killed when the test ends if it still runs.
-func startWorker(t *testing.T, name string, db *testdb.DB, env ...string) *testworker.Worker {
+func startWorker(t *testing.T, name string, db *dbtest.DB, env ...string) *workertest.Worker {
 	t.Helper()
-	return testworker.StartT(t, name, db.URL, env, "--listen", "127.0.0.1:0", "--bank-url", "http://"+closedPort(t),
+	return workertest.StartT(t, name, db.URL, env, "--listen", "127.0.0.1:0", "--bank-url", "http://"+closedPort(t),
 		"--log-format", "json", "--shutdown-timeout", "5s")
 }
 
 // wait waits for the worker to end and returns how it ended.
-func wait(t *testing.T, w *testworker.Worker) syscall.WaitStatus {
+func wait(t *testing.T, w *workertest.Worker) syscall.WaitStatus {
 	t.Helper()
 	ps, err := w.Wait(time.Minute)
 	if err != nil {
@@ -54,7 +54,7 @@ func TestWorkerCrashPoints(t *testing.T) {
 	for point, wantStatus := range map[string]int{crash.IntakeBeforeCommit: http.StatusCreated, crash.IntakeAfterCommit: http.StatusOK} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
+			db := dbtest.New(t)
 			body := mustJSON(t, eventFields("crash-1"))
 
 			w := startWorker(t, "crashing", db, "SETTLE_CRASH_AT="+point)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/syncbuf"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/settlement"
 
 	"github.com/riverqueue/river"
@@ -20,18 +20,18 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
-	"github.com/settle/settle/internal/testdb"
 	"github.com/settle/settle/jobs"
 )
 
 type testBundle struct {
-	db      *testdb.DB
+	db      *dbtest.DB
 	svc     *intake.Service
 	handler *intake.Handler
 	srv     *httptest.Server
 	metrics *metrics.Metrics
-	logs    *syncbuf.Buffer
+	logs    *settletest.Buffer
 }
 
 type setupOpts struct {
@@ -44,7 +44,7 @@ type setupOpts struct {
 // insert-only River client, and the API on an httptest server.
 func setup(t *testing.T, o setupOpts) *testBundle {
 	t.Helper()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncbuf.Buffer{}
+	logs := &settletest.Buffer{}
 	h := intake.NewHandler(intake.HandlerConfig{
 		Service: svc, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		APIToken: o.token, MaxInflight: o.maxInflight,
@@ -101,7 +101,7 @@ func (b *testBundle) post(t testing.TB, body string, header ...string) response 
 }
 
 // counts returns the number of rows of every table intake could write.
-func counts(t testing.TB, db *testdb.DB) map[string]int {
+func counts(t testing.TB, db *dbtest.DB) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, table := range []string{"settlement_receipts", "settlements", "settlement_transitions", "receipt_conflicts", "ledger_movements", "bank_attempts", "river_job"} {
@@ -114,7 +114,7 @@ func counts(t testing.TB, db *testdb.DB) map[string]int {
 	return out
 }
 
-func wantCounts(t testing.TB, db *testdb.DB, want map[string]int) {
+func wantCounts(t testing.TB, db *dbtest.DB, want map[string]int) {
 	t.Helper()
 	got := counts(t, db)
 	for table, n := range got {

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/settle/settle/internal/testbin"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/dbtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }

@@ -13,17 +13,20 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/checktest"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
-	"github.com/settle/settle/internal/testdb"
 	"github.com/settle/settle/reconcile"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
 type testBundle struct {
-	db     *testdb.DB
+	db     *dbtest.DB
 	bank   *fakebank.Bank
+	url    string // the bank's
 	client *river.Client[pgx.Tx]
 	intake *intake.Service
 	deps   Deps
@@ -34,8 +37,8 @@ type testBundle struct {
 // the client without starting it.
 func setup(t *testing.T, faults bankclient.Faults, start bool, tweak func(*Deps)) *testBundle {
 	t.Helper()
-	db := testdb.New(t)
-	bank, url := fakebank.NewTestServer(t, fakebank.Options{Seed: 11, Faults: faults})
+	db := dbtest.New(t)
+	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 11, Faults: faults})
 	bc, err := bankclient.New(url, bankclient.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +70,7 @@ func setup(t *testing.T, faults bankclient.Faults, start bool, tweak func(*Deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &testBundle{db: db, bank: bank, client: client, intake: svc, deps: deps}
+	b := &testBundle{db: db, bank: bank, url: url, client: client, intake: svc, deps: deps}
 	if start {
 		b.start(t)
 	}
@@ -102,7 +105,7 @@ func (b *testBundle) submit(t *testing.T, id string, amount int64) {
 
 // waitTerminal polls the database until no settlement is outside a terminal
 // state (or until the deadline).
-func waitTerminal(t *testing.T, db *testdb.DB, want int, within time.Duration) {
+func waitTerminal(t *testing.T, db *dbtest.DB, want int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -129,27 +132,6 @@ func waitTerminal(t *testing.T, db *testdb.DB, want int, within time.Duration) {
 	}
 }
 
-// checkInvariants verifies in SQL: one movement per confirmed settlement
-// with its amount, none for any other; and the bank paid nothing twice.
-func checkInvariants(t *testing.T, db *testdb.DB, bank *fakebank.Bank) {
-	t.Helper()
-	var bad int
-	if err := db.Pool.QueryRow(context.Background(), `
-		SELECT count(*) FROM settlements s
-		LEFT JOIN (SELECT settlement_id, count(*) n, sum(amount_cents) amount, min(currency) currency
-		           FROM ledger_movements GROUP BY settlement_id) m USING (settlement_id)
-		WHERE (s.state = 'confirmed' AND (m.n IS DISTINCT FROM 1 OR m.amount <> s.amount_cents OR m.currency <> s.currency))
-		   OR (s.state <> 'confirmed' AND m.n IS NOT NULL)`).Scan(&bad); err != nil {
-		t.Fatal(err)
-	}
-	if bad != 0 {
-		t.Errorf("%d settlements break the movement invariant", bad)
-	}
-	if st := bank.Stats(); st.MaxPaymentsPerReference > 1 {
-		t.Errorf("the bank paid a settlement twice: %+v", st)
-	}
-}
-
 func TestWorkersSettleUnderFaults(t *testing.T) {
 	t.Parallel()
 	b := setup(t, bankclient.Faults{
@@ -161,7 +143,7 @@ func TestWorkersSettleUnderFaults(t *testing.T) {
 		b.submit(t, fmt.Sprintf("w-%03d", i), int64(100+i))
 	}
 	waitTerminal(t, b.db, n, 60*time.Second)
-	checkInvariants(t, b.db, b.bank)
+	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 
 	// The send jobs completed in the transaction of their outcome.
 	var notDone int
@@ -187,7 +169,7 @@ func TestSweepSendsPendingWhoseJobWasLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTerminal(t, b.db, 2, 20*time.Second)
-	checkInvariants(t, b.db, b.bank)
+	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 	var kind string
 	if err := b.db.Pool.QueryRow(ctx, `SELECT kind FROM river_job WHERE args->>'settlement_id' = 'orphan' ORDER BY id LIMIT 1`).Scan(&kind); err != nil {
 		t.Fatal(err)
@@ -229,7 +211,7 @@ func TestSweepNotBlockedByDeadRunningJob(t *testing.T) {
 	}
 	b.start(t)
 	waitTerminal(t, b.db, 1, 20*time.Second)
-	checkInvariants(t, b.db, b.bank)
+	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 }
 
 func TestRetentionDeletesOnlyOldTerminalReceipts(t *testing.T) {

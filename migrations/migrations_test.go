@@ -10,15 +10,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/migrations"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
 func TestMigrateIsIdempotent(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewEmpty(t)
+	db := dbtest.NewEmpty(t)
 	ctx := context.Background()
 	first, err := migrations.Migrate(ctx, db.Pool)
 	if err != nil {
@@ -41,7 +41,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 // database: all succeed and the schema is applied once.
 func TestMigrateConcurrently(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewEmpty(t)
+	db := dbtest.NewEmpty(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	applied := make(chan int, 6)
@@ -73,7 +73,7 @@ func TestMigrateConcurrently(t *testing.T) {
 // violating row. Each case runs in its own rolled-back transaction.
 func TestConstraints(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	const seed = `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
 		VALUES ('s1', 'acc', 'ben', 100, 'EUR', 'confirmed', 'k1', 'sha256:00');
 		INSERT INTO settlement_receipts (settlement_id, payload_hash) VALUES ('s1', 'sha256:` + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" + `');

@@ -447,7 +447,7 @@ const classifySQL = `
 		       m.settlement_id IS NOT NULL AS has_mv, m.amount_cents AS mv_amount, m.currency AS mv_currency,
 		       coalesce(b.n, 0) AS n, coalesce(b.n_settled, 0) AS n_settled,
 		       b.status AS bank_status, b.amount_cents AS bank_amount, b.currency AS bank_currency
-		FROM (settlements s LEFT JOIN ledger_movements m ON m.settlement_id = s.settlement_id)
+		FROM (settlements s LEFT JOIN ledger_movements m ON m.settlement_id = s.settlement_id AND m.kind = 'payout')
 		FULL JOIN b ON b.reference = s.settlement_id
 	), c AS (
 		SELECT j.*, CASE

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 )
 
 // countSink counts what a report streams and keeps nothing.
@@ -79,7 +79,7 @@ func BenchmarkBankReport(b *testing.B) {
 		n    int
 	}{{"10k", 10_000}, {"100k", 100_000}} {
 		b.Run(bc.name, func(b *testing.B) {
-			db := testdb.New(b)
+			db := dbtest.New(b)
 			seedBulk(b, db, bc.n, 10)
 			if _, err := db.Pool.Exec(context.Background(), "VACUUM ANALYZE settlements, ledger_movements"); err != nil {
 				b.Fatal(err)

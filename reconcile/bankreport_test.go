@@ -11,29 +11,31 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/settlement"
 )
 
 // reportBundle is one test's ledger (a private database) and bank (an
 // in-process fakebank with a manual clock).
 type reportBundle struct {
-	db     *testdb.DB
+	db     *dbtest.DB
 	bank   *fakebank.Bank
 	url    string
 	client *bankclient.Client
-	clock  *fakebank.ManualClock
+	clock  *settletest.ManualClock
 }
 
 func setupReport(t *testing.T) *reportBundle {
 	t.Helper()
-	clock := fakebank.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	bank, url := fakebank.NewTestServer(t, fakebank.Options{Seed: 1, Now: clock.Now})
+	clock := settletest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Now: clock.Now})
 	client, err := bankclient.New(url, bankclient.Options{Timeout: 5 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &reportBundle{db: testdb.New(t), bank: bank, url: url, client: client, clock: clock}
+	return &reportBundle{db: dbtest.New(t), bank: bank, url: url, client: client, clock: clock}
 }
 
 // seed writes a settlement in state st directly, with its history and, when
@@ -335,7 +337,7 @@ func TestBankReportManySettlements(t *testing.T) {
 // seedBulk writes n settlements bulk-<i>, amount 100+i, in two statements:
 // confirmed with their movements, except every openEvery-th (when > 0),
 // which is still sent.
-func seedBulk(t testing.TB, db *testdb.DB, n, openEvery int) {
+func seedBulk(t testing.TB, db *dbtest.DB, n, openEvery int) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `

@@ -434,8 +434,8 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	}
 	if d.WriteMovement {
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO ledger_movements (settlement_id, account_id, amount_cents, currency, bank_payment_id, created_at)
-			SELECT settlement_id, account_id, amount_cents, currency, $2, $3
+			INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency, bank_payment_id, created_at)
+			SELECT settlement_id, 'payout', account_id, amount_cents, currency, $2, $3
 			FROM settlements WHERE settlement_id = $1`,
 			f.SettlementID, paymentID, now); err != nil {
 			return Outcome{}, fmt.Errorf("error writing the ledger movement of settlement %s: %w", f.SettlementID, err)

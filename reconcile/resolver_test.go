@@ -12,16 +12,18 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
 type resolverBundle struct {
-	db   *testdb.DB
+	db   *dbtest.DB
 	bank *fakebank.Bank
 	url  string
 	r    *Resolver
@@ -34,8 +36,8 @@ func setupResolver(t *testing.T, faults bankclient.Faults) *resolverBundle {
 
 func setupResolverOpts(t *testing.T, opts fakebank.Options) *resolverBundle {
 	t.Helper()
-	db := testdb.New(t)
-	bank, url := fakebank.NewTestServer(t, opts)
+	db := dbtest.New(t)
+	bank, url := fakebanktest.NewServer(t, opts)
 	client, err := bankclient.New(url, bankclient.Options{Timeout: 2 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +51,7 @@ func setupResolverOpts(t *testing.T, opts fakebank.Options) *resolverBundle {
 
 // insertSettlement creates a pending settlement as intake would (without a
 // receipt or a job).
-func insertSettlement(t *testing.T, db *testdb.DB, id string, amount int64) {
+func insertSettlement(t *testing.T, db *dbtest.DB, id string, amount int64) {
 	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -76,7 +78,7 @@ type row struct {
 	nextCheck  *time.Time
 }
 
-func readRow(t *testing.T, db *testdb.DB, id string) row {
+func readRow(t *testing.T, db *dbtest.DB, id string) row {
 	t.Helper()
 	var r row
 	var st string
@@ -270,7 +272,7 @@ func TestResolverKeyReuseIsFlagged(t *testing.T) {
 func TestResolverKeyTTL(t *testing.T) {
 	t.Parallel()
 	// One clock for the bank and the engine.
-	clock := fakebank.NewManualClock(time.Now())
+	clock := settletest.NewManualClock(time.Now())
 	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 10_000, KeyTTLMS: 1000}})
 	b.r.Now = clock.Now
 	b.r.KeyTTL = time.Second

@@ -10,9 +10,9 @@ import (
 	"github.com/settle/settle/settlement"
 )
 
-// Querier is what LoadView needs; *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// Batcher is what LoadView needs; *pgxpool.Pool, *pgx.Conn and pgx.Tx
 // satisfy it.
-type Querier interface {
+type Batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
@@ -24,7 +24,7 @@ const viewColumns = `settlement_id, account_id, amount_cents, currency, benefici
 
 // LoadView reads everything about settlement id in one round trip. It
 // returns an error matching settlement.ErrNotFound when there is no such settlement.
-func LoadView(ctx context.Context, q Querier, id string) (settlement.View, error) {
+func LoadView(ctx context.Context, q Batcher, id string) (settlement.View, error) {
 	var v settlement.View
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+viewColumns+` FROM settlements WHERE settlement_id = $1`, id)
@@ -35,7 +35,7 @@ func LoadView(ctx context.Context, q Querier, id string) (settlement.View, error
 	b.Queue(`SELECT op, bank_key, started_at, finished_at, coalesce(outcome, ''), coalesce(bank_status, ''), http_status, coalesce(detail, '')
 		FROM bank_attempts WHERE settlement_id = $1 ORDER BY id`, id)
 	b.Queue(`SELECT account_id, amount_cents, currency, coalesce(bank_payment_id, ''), created_at
-		FROM ledger_movements WHERE settlement_id = $1`, id)
+		FROM ledger_movements WHERE settlement_id = $1 AND kind = 'payout'`, id)
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 

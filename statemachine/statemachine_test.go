@@ -9,12 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
 type testBundle struct {
 	tx pgx.Tx
@@ -22,7 +22,7 @@ type testBundle struct {
 
 // setup gives the test a transaction on a migrated database, rolled back
 // when the test ends, holding one pending settlement "s1".
-func setup(t *testing.T, db *testdb.DB) *testBundle {
+func setup(t *testing.T, db *dbtest.DB) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.Pool.Begin(ctx)
@@ -71,7 +71,7 @@ func TestAllowedTable(t *testing.T) {
 // allowed pairs move the row and append history, the others change nothing.
 func TestTransitionEveryPair(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	for _, from := range settlement.States {
 		for _, to := range settlement.States {
 			t.Run(string(from)+"_to_"+string(to), func(t *testing.T) {
@@ -103,7 +103,7 @@ func TestTransitionEveryPair(t *testing.T) {
 
 func TestTransitionLostRaceAndNotFound(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	b := setup(t, db)
 	ctx := context.Background()
 	// The settlement is pending; a worker believing it is sent loses.
@@ -122,7 +122,7 @@ func TestTransitionLostRaceAndNotFound(t *testing.T) {
 // state: exactly one commits its transition.
 func TestConcurrentTransitionsOneWinner(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
 		VALUES ('r1', 'acc', 'ben', 100, 'EUR', 'sent', 'k1', 'sha256:00')`); err != nil {
@@ -164,7 +164,7 @@ func TestConcurrentTransitionsOneWinner(t *testing.T) {
 // one pending transition each, none for an empty call.
 func TestCreatedMany(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	b := setup(t, db)
 	ctx := context.Background()
 	ids := []string{"s1"}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/internal/bintest"
 )
 
 // TestDemoFromNothing runs `settle demo` as a newcomer would, with no
@@ -14,7 +14,7 @@ import (
 // a clean report.
 func TestDemoFromNothing(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	env := embeddedHome(t, bin)
 
 	out, code := runBin(t, bin, env, "demo", "--events", "60", "--faults", "flaky")
@@ -48,7 +48,7 @@ func TestDemoFromNothing(t *testing.T) {
 
 func TestDemoRefusesBadFlags(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	out, code := runBin(t, bin, envWithout("DATABASE_URL", "SETTLE_"), "demo", "--faults", "apocalyptic")
 	if code != exitError || !strings.Contains(out, "none, flaky or hostile") {
 		t.Errorf("exit %d:\n%s", code, out)

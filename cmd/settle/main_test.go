@@ -4,10 +4,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/settle/settle/internal/testbin"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/dbtest"
 )
 
 // TestMain stops the private PostgreSQL cluster (if a test started one)
 // and removes the test binary when the package's tests are done.
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }

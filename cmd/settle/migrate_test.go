@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/internal/bintest"
 )
 
 // embeddedHome returns a fresh SETTLE_HOME and an environment that points
@@ -70,7 +70,7 @@ func runBin(t *testing.T, bin string, env []string, args ...string) (string, int
 // second round finds nothing to do.
 func TestMigrateFromNothing(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	env := embeddedHome(t, bin)
 
 	var wg sync.WaitGroup
@@ -120,7 +120,7 @@ func TestMigrateFromNothing(t *testing.T) {
 // and exits 2.
 func TestMigrateWithoutServerBinaries(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	env := append(embeddedHome(t, bin), "SETTLE_PG_BINDIR="+t.TempDir())
 	out, code := runBin(t, bin, env, "migrate")
 	lines := strings.Split(strings.TrimSpace(out), "\n")

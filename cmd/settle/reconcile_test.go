@@ -16,14 +16,15 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/testbin"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/dbtest"
 )
 
 // reconcileBundle is a private database and an in-process bank for the
 // reconcile forms, run in-process with the database URL passed explicitly.
 type reconcileBundle struct {
-	db      *testdb.DB
+	db      *dbtest.DB
 	bank    *fakebank.Bank
 	bankURL string
 	client  *bankclient.Client
@@ -31,12 +32,12 @@ type reconcileBundle struct {
 
 func setupReconcile(t *testing.T) *reconcileBundle {
 	t.Helper()
-	bank, url := fakebank.NewTestServer(t, fakebank.Options{Seed: 1})
+	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 1})
 	client, err := bankclient.New(url, bankclient.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &reconcileBundle{db: testdb.New(t), bank: bank, bankURL: url, client: client}
+	return &reconcileBundle{db: dbtest.New(t), bank: bank, bankURL: url, client: client}
 }
 
 // run runs `settle reconcile args…` and returns the exit code, stdout and
@@ -221,7 +222,7 @@ func TestReconcileCouldNotRun(t *testing.T) {
 
 func TestReconcileHelp(t *testing.T) {
 	t.Parallel()
-	b := &reconcileBundle{db: &testdb.DB{}}
+	b := &reconcileBundle{db: &dbtest.DB{}}
 	for _, form := range []string{"", "list", "show", "conflicts", "resolve", "bank"} {
 		args := []string{"--help"}
 		if form != "" {
@@ -351,7 +352,7 @@ func TestReconcileResolve(t *testing.T) {
 func TestReconcileBinary(t *testing.T) {
 	t.Parallel()
 	b := setupReconcile(t)
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	b.seed(t, "c-1", 100, "confirmed", true, true)
 	b.seed(t, "c-2", 100, "confirmed", true, false) // never paid at the bank
 

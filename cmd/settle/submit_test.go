@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/testbin"
-	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/workertest"
 )
 
 // startWorkerBin runs `settle worker` on db with the API token tok and
 // returns its base URL; the worker is stopped gracefully when the test ends.
-func startWorkerBin(t *testing.T, db *testdb.DB, bankURL, tok string) string {
+func startWorkerBin(t *testing.T, db *dbtest.DB, bankURL, tok string) string {
 	t.Helper()
-	w := testworker.StartT(t, "worker", db.URL, []string{"SETTLE_API_TOKEN=" + tok},
+	w := workertest.StartT(t, "worker", db.URL, []string{"SETTLE_API_TOKEN=" + tok},
 		"--listen", "127.0.0.1:0", "--bank-url", bankURL, "--log-format", "json")
 	t.Cleanup(func() {
 		if err := w.Stop(30 * time.Second); err != nil {
@@ -34,9 +35,9 @@ func startWorkerBin(t *testing.T, db *testdb.DB, bankURL, tok string) string {
 // status; then with a wrong token, which cannot run at all.
 func TestSubmitAgainstAWorker(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
-	db := testdb.New(t)
-	_, bankURL := fakebank.NewTestServer(t, fakebank.Options{})
+	bin := bintest.Build(t)
+	db := dbtest.New(t)
+	_, bankURL := fakebanktest.NewServer(t, fakebank.Options{})
 	url := startWorkerBin(t, db, bankURL, "tok")
 	env := envWithout("DATABASE_URL", "SETTLE_")
 

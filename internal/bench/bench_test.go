@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/settle/settle/internal/bench"
-	"github.com/settle/settle/internal/testbin"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/dbtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }
 
 // requiredFields are the figures issue 8 asks of every run.
 var requiredFields = []string{
@@ -29,7 +29,7 @@ var requiredFields = []string{
 // about speed.
 func TestRunTiny(t *testing.T) {
 	t.Parallel()
-	admin := testdb.AdminURL(t)
+	admin := dbtest.AdminURL(t)
 	name := fmt.Sprintf("settle_bench_test_%d", os.Getpid())
 	t.Cleanup(func() {
 		if err := bench.DropDatabase(context.Background(), admin, name); err != nil {
@@ -42,7 +42,7 @@ func TestRunTiny(t *testing.T) {
 		URL:            admin,
 		DBName:         name,
 		DatabaseLabel:  "test",
-		WorkerCommand:  []string{testbin.Build(t), "worker"},
+		WorkerCommand:  []string{bintest.Build(t), "worker"},
 		Duration:       200 * time.Millisecond,
 		Concurrency:    2,
 		BatchSize:      10,
@@ -92,7 +92,7 @@ func TestRunTiny(t *testing.T) {
 // database it was pointed at.
 func TestRunRefusesItsOwnURL(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	_, err := bench.Run(context.Background(), bench.Config{URL: db.URL, DBName: db.Name, WorkerCommand: []string{"settle", "worker"}})
 	if err == nil || !strings.Contains(err.Error(), "points at") {
 		t.Fatalf("Run on its own database: err = %v, want a refusal", err)

@@ -25,7 +25,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -194,7 +193,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		return rep, err
 	}
 	rep.check(stream)
-	if err := rep.checkAmounts(ctx, pool, stream); err != nil {
+	if err := rep.checkInvariants(ctx, pool, bank, stream); err != nil {
 		return rep, err
 	}
 	rep.Duration = time.Since(start)
@@ -317,34 +316,29 @@ func (r *Report) check(st Stream) {
 	}
 }
 
-// checkAmounts checks that a conflicting event changed nothing: each
-// settlement holds, and was paid, the amount of its first delivery.
-func (r *Report) checkAmounts(ctx context.Context, pool *pgxpool.Pool, st Stream) error {
-	rows, err := pool.Query(ctx, `SELECT s.settlement_id, s.amount_cents, m.amount_cents
-		FROM settlements s LEFT JOIN ledger_movements m USING (settlement_id)`)
+// checkInvariants runs the one exactly-once checker
+// (reconcile.CheckInvariants) against the tables and the bank's books: a
+// conflicting event changed nothing (each settlement holds, and was paid,
+// the amount of its first delivery), one movement per confirmed
+// settlement, no payment twice, every history allowed.
+func (r *Report) checkInvariants(ctx context.Context, pool *pgxpool.Pool, bank *bankServer, st Stream) error {
+	client, err := bankclient.New(bank.url, bankclient.Options{})
 	if err != nil {
-		return fmt.Errorf("error reading amounts: %w", err)
+		return err
 	}
-	defer rows.Close()
-	var wrong []string
-	for rows.Next() {
-		var id string
-		var amount int64
-		var moved *int64
-		if err := rows.Scan(&id, &amount, &moved); err != nil {
-			return fmt.Errorf("error reading amounts: %w", err)
-		}
-		if want := st.Amounts[id]; amount != want || (moved != nil && *moved != want) {
-			wrong = append(wrong, id)
-		}
+	e := reconcile.Expect{First: make(map[string]reconcile.Payload, len(st.Amounts)), CheckBank: true, Recovered: true}
+	for id, amount := range st.Amounts {
+		e.First[id] = reconcile.Payload{AmountCents: amount}
+		e.Delivered = append(e.Delivered, id)
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("error reading amounts: %w", err)
+	if e.Payments, err = bankclient.AllPayments(ctx, client); err != nil {
+		return fmt.Errorf("error reading the bank's statement: %w", err)
 	}
-	if len(wrong) > 0 {
-		sort.Strings(wrong)
-		r.Violations = append(r.Violations, fmt.Sprintf("amounts differ from the first delivery for %s", strings.Join(wrong, ", ")))
+	v, err := reconcile.CheckInvariants(ctx, pool, e)
+	if err != nil {
+		return err
 	}
+	r.Violations = append(r.Violations, v...)
 	return nil
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/workerproc"
 )
 
@@ -23,7 +23,7 @@ func TestCrashPoints(t *testing.T) {
 	for _, point := range crash.Points {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
-			db := testdb.New(t)
+			db := dbtest.New(t)
 			// The settle delay makes the confirmation happen in a
 			// reconcile_settlement job, after the send.
 			b := startBank(t, 1, bankclient.Faults{SettleDelayMS: 300})
@@ -48,8 +48,7 @@ func TestCrashPoints(t *testing.T) {
 				t.Fatalf("redelivery = %d, %v", code, err)
 			}
 			waitAllTerminal(t, db, 1, 60*time.Second)
-			checkLedger(t, db, map[string]int64{ev.SettlementID: ev.AmountCents})
-			checkBank(t, db, b)
+			checkInvariants(t, db, b, map[string]int64{ev.SettlementID: ev.AmountCents})
 
 			var state string
 			var movements, receipts int

@@ -10,8 +10,8 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/workertest"
 )
 
 // TestEndToEnd is the acceptance test of issue 5: 500 settlements, 20% of
@@ -33,13 +33,13 @@ func TestEndToEnd(t *testing.T) {
 		conflicts = 5
 		batchSize = 25
 	)
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	b := startBank(t, 42, bankclient.Faults{
 		FailBeforeRate: 0.10, DropResponseRate: 0.20, StatusErrorRate: 0.15,
 		LatencyMinMS: 0, LatencyMaxMS: 40, SettlementFailureRate: 0.03, SettleDelayMS: 200,
 	})
 	flags := workerFlags(b.url)
-	workers := make([]*testworker.Worker, 3)
+	workers := make([]*workertest.Worker, 3)
 	urls := &lockedURLs{urls: make([]string, 3)}
 	for i := range workers {
 		workers[i] = startWorker(t, fmt.Sprintf("w%d", i), db.URL, nil, flags...)
@@ -116,8 +116,7 @@ func TestEndToEnd(t *testing.T) {
 	waitAllTerminal(t, db, n, 100*time.Second)
 	elapsed := time.Since(start)
 
-	checkLedger(t, db, want)
-	checkBank(t, db, b)
+	checkInvariants(t, db, b, want)
 	ctx := context.Background()
 	var confirmed, failed, flagged, recorded, attempts, sends, statusChecks, moved, lost int
 	if err := db.Pool.QueryRow(ctx, `SELECT

@@ -18,12 +18,14 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/testbin"
-	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/checktest"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/workertest"
+	"github.com/settle/settle/reconcile"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }
 
 // bank is an in-process fakebank whose HTTP requests are counted.
 type bank struct {
@@ -84,13 +86,13 @@ func workerFlags(bankURL string) []string {
 // startWorker starts `settle worker` against dbURL and waits until it
 // listens. env adds variables (SETTLE_CRASH_AT=…). The process is killed when
 // the test ends if it is still running.
-func startWorker(t *testing.T, name, dbURL string, env []string, args ...string) *testworker.Worker {
+func startWorker(t *testing.T, name, dbURL string, env []string, args ...string) *workertest.Worker {
 	t.Helper()
-	return testworker.StartT(t, name, dbURL, env, args...)
+	return workertest.StartT(t, name, dbURL, env, args...)
 }
 
 // waitExit waits for the worker to exit and returns its status.
-func waitExit(t *testing.T, w *testworker.Worker, within time.Duration) *os.ProcessState {
+func waitExit(t *testing.T, w *workertest.Worker, within time.Duration) *os.ProcessState {
 	t.Helper()
 	ps, err := w.Wait(within)
 	if err != nil {
@@ -150,7 +152,7 @@ func postBatch(baseURL string, evs []intake.Event) ([]int, error) {
 
 // waitAllTerminal polls the database until want settlements exist and all
 // are terminal, or fails after within.
-func waitAllTerminal(t *testing.T, db *testdb.DB, want int, within time.Duration) {
+func waitAllTerminal(t *testing.T, db *dbtest.DB, want int, within time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(within)
@@ -181,80 +183,12 @@ func waitAllTerminal(t *testing.T, db *testdb.DB, want int, within time.Duration
 	}
 }
 
-// checkLedger checks the invariants in SQL: exactly one movement for every
-// confirmed settlement, equal to its amount and currency; none for any
-// other; and amounts equal to the first accepted payload (want, when given).
-func checkLedger(t *testing.T, db *testdb.DB, want map[string]int64) {
+// checkInvariants runs the one exactly-once checker once every settlement
+// is terminal: against the bank's books, and, when want is given, with each
+// settlement holding the amount of its first accepted payload.
+func checkInvariants(t *testing.T, db *dbtest.DB, b *bank, want map[string]int64) {
 	t.Helper()
-	ctx := context.Background()
-	rows, err := db.Pool.Query(ctx, `
-		SELECT s.settlement_id, s.state, s.amount_cents, coalesce(m.n, 0), coalesce(m.amount, 0), coalesce(m.currency = s.currency AND m.account_id = s.account_id, true)
-		FROM settlements s
-		LEFT JOIN (SELECT settlement_id, count(*) n, sum(amount_cents) amount, min(currency) currency, min(account_id) account_id
-		           FROM ledger_movements GROUP BY settlement_id) m USING (settlement_id)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id, state          string
-			amount, n, moved   int64
-			sameCurrencyAndAcc bool
-		)
-		if err := rows.Scan(&id, &state, &amount, &n, &moved, &sameCurrencyAndAcc); err != nil {
-			t.Fatal(err)
-		}
-		if w, ok := want[id]; want != nil && (!ok || w != amount) {
-			t.Errorf("settlement %s holds amount %d, first accepted payload had %d (known %v)", id, amount, w, ok)
-		}
-		switch {
-		case state == "confirmed" && (n != 1 || moved != amount || !sameCurrencyAndAcc):
-			t.Errorf("confirmed settlement %s has %d movements for %d (amount %d)", id, n, moved, amount)
-		case state != "confirmed" && n != 0:
-			t.Errorf("%s settlement %s has %d movements", state, id, n)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// checkBank checks that the bank paid no settlement twice, and that what it
-// settled matches the ledger: every settled payment at the bank has its
-// confirmed settlement with the same amount, and no failed settlement was
-// settled at the bank.
-func checkBank(t *testing.T, db *testdb.DB, b *bank) {
-	t.Helper()
-	if st := b.Stats(); st.MaxPaymentsPerReference > 1 {
-		t.Errorf("the bank paid a settlement twice: %+v", st)
-	}
-	client, err := bankclient.New(b.url, bankclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for p, err := range bankclient.Payments(ctx, client, 1000) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		var state string
-		var amount int64
-		err := db.Pool.QueryRow(ctx, `SELECT state, amount_cents FROM settlements WHERE settlement_id = $1`, p.Reference).Scan(&state, &amount)
-		if err != nil {
-			t.Errorf("bank payment %s for unknown settlement %q: %v", p.ID, p.Reference, err)
-			continue
-		}
-		if p.AmountCents != amount {
-			t.Errorf("bank payment %s for %s: amount %d, settlement %d", p.ID, p.Reference, p.AmountCents, amount)
-		}
-		if p.Status == bankclient.StatusSettled && state != "confirmed" {
-			t.Errorf("bank settled %s but the settlement is %s", p.Reference, state)
-		}
-		if (p.Status == bankclient.StatusFailed || p.Status == bankclient.StatusReturned) && state != "failed" {
-			t.Errorf("bank %s %s but the settlement is %s", p.Status, p.Reference, state)
-		}
-	}
+	checktest.CheckInvariants(t, db.Pool, b.url, reconcile.Expect{First: checktest.Amounts(want), Recovered: true})
 }
 
 // lockedURLs is a set of worker URLs that changes as workers restart.

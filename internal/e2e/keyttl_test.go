@@ -8,7 +8,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 )
 
 // TestKeyTTLNeverResends: the bank's answer to the POST is lost, so the
@@ -19,7 +19,7 @@ import (
 // the bank holds one payment for it.
 func TestKeyTTLNeverResends(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	b := startBank(t, 3, bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500})
 	flags := append(workerFlags(b.url), "--bank-key-ttl", "1s", "--check-interval", "3s", "--max-check-interval", "3s")
 	w := startWorker(t, "w", db.URL, nil, flags...)

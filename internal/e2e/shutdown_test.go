@@ -9,7 +9,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 )
 
 // TestGracefulShutdownWithBankCallsInFlight: SIGTERM while bank calls are in
@@ -18,7 +18,7 @@ import (
 // and a restarted worker settles everything exactly once.
 func TestGracefulShutdownWithBankCallsInFlight(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	faults := bankclient.Faults{LatencyMinMS: 1500, LatencyMaxMS: 1500, SettleDelayMS: 100}
 	b := startBank(t, 9, faults)
 	flags := workerFlags(b.url)
@@ -57,6 +57,5 @@ func TestGracefulShutdownWithBankCallsInFlight(t *testing.T) {
 	}
 	startWorker(t, "w-restarted", db.URL, nil, flags...)
 	waitAllTerminal(t, db, len(evs), 60*time.Second)
-	checkLedger(t, db, nil)
-	checkBank(t, db, b)
+	checkInvariants(t, db, b, nil)
 }

@@ -5,7 +5,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/loadtest"
 	"github.com/settle/settle/internal/workerproc"
 )
 
@@ -43,7 +44,7 @@ func checksWithin(d, ci, mi time.Duration) int {
 func TestBankOutage(t *testing.T) {
 	t.Parallel()
 	const n = 40
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	bank := startBank(t, 11, bankclient.Faults{SettleDelayMS: 100})
 	bank.DownDelay = 0 // refuse at once: a tight retry loop would show at once
 	bank.SetDown(true)
@@ -52,7 +53,7 @@ func TestBankOutage(t *testing.T) {
 		"--max-check-interval", outageMaxCheckInterval.String(),
 		"--bank-concurrency", "4")
 	w := startWorker(t, "w-outage", db.URL, flags...)
-	p := &Producer{URLs: urls(w)}
+	p := &loadtest.Producer{URLs: urls(w)}
 	ctx := deadline(t, 4*time.Minute)
 
 	down := time.Now()
@@ -75,7 +76,7 @@ func TestBankOutage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		states, err := StateCounts(ctx, db.Pool)
+		states, err := loadtest.StateCounts(ctx, db.Pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +131,7 @@ func TestBankOutage(t *testing.T) {
 	}
 	bank.ResetMaxInflight()
 	bank.SetDown(false)
-	if err := WaitTerminal(ctx, db.Pool, n); err != nil {
+	if err := loadtest.WaitTerminal(ctx, db.Pool, n); err != nil {
 		t.Fatal(err)
 	}
 	var failed, failedTransitions int

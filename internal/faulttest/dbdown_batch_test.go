@@ -10,6 +10,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/loadtest"
 	"github.com/settle/settle/internal/workerproc"
 )
 
@@ -81,7 +82,7 @@ func TestBatchWhileDatabaseDown(t *testing.T) {
 		}
 		acked[evs[i].SettlementID] = evs[i].AmountCents
 	}
-	if err := WaitTerminal(ctx, pool, len(evs)); err != nil {
+	if err := loadtest.WaitTerminal(ctx, pool, len(evs)); err != nil {
 		t.Fatal(err)
 	}
 	checkInvariants(t, pool, bank, acked)

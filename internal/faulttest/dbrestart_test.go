@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/loadtest"
 	"github.com/settle/settle/internal/workerproc"
+	"github.com/settle/settle/internal/workertest"
 )
 
 // TestPostgresRestart restarts PostgreSQL (fast and immediate shutdown)
@@ -35,7 +36,7 @@ func TestPostgresRestart(t *testing.T) {
 			w := startWorker(t, "w-"+mode.name, cluster.URL, workerproc.FastFlags(bank.URL)...)
 			w2 := startWorker(t, "w2-"+mode.name, cluster.URL, workerproc.FastFlags(bank.URL)...)
 			pool := connect(t, cluster.URL)
-			p := &Producer{URLs: urls(w, w2)}
+			p := &loadtest.Producer{URLs: urls(w, w2)}
 
 			ctx := deadline(t, 4*time.Minute)
 			streamed := make(chan error, 1)
@@ -50,7 +51,7 @@ func TestPostgresRestart(t *testing.T) {
 			waitFor(t, ctx, "503 answers while PostgreSQL is down", func() bool {
 				return p.Stats().ByStatus[http.StatusServiceUnavailable] >= before+20
 			})
-			for _, wk := range []*testworker.Worker{w, w2} {
+			for _, wk := range []*workertest.Worker{w, w2} {
 				if code := get(t, wk.URL()+"/readyz"); code != http.StatusServiceUnavailable {
 					t.Errorf("%s: /readyz answered %d while PostgreSQL is down, want 503", wk.Name(), code)
 				}
@@ -58,14 +59,14 @@ func TestPostgresRestart(t *testing.T) {
 			if err := cluster.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			for _, wk := range []*testworker.Worker{w, w2} {
+			for _, wk := range []*workertest.Worker{w, w2} {
 				waitFor(t, ctx, wk.Name()+" /readyz after the restart", func() bool { return get(t, wk.URL()+"/readyz") == http.StatusOK })
 			}
 
 			if err := <-streamed; err != nil {
 				t.Fatalf("stream: %v", err)
 			}
-			if err := WaitTerminal(ctx, pool, n); err != nil {
+			if err := loadtest.WaitTerminal(ctx, pool, n); err != nil {
 				t.Fatal(err)
 			}
 			if !w.Alive() || !w2.Alive() {
@@ -76,7 +77,7 @@ func TestPostgresRestart(t *testing.T) {
 				t.Error("no 503 seen while PostgreSQL was down")
 			}
 			checkInvariants(t, pool, bank, p.Acked())
-			counts, _ := StateCounts(ctx, pool)
+			counts, _ := loadtest.StateCounts(ctx, pool)
 			t.Logf("%s restart: %s; states %v; bank %+v", mode.name, fmtStats(st), counts, bank.Counts())
 		})
 	}

@@ -11,13 +11,14 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/database"
-	"github.com/settle/settle/internal/testbin"
-	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/loadtest"
+	"github.com/settle/settle/internal/workertest"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }
 
 // deadline returns a context that ends after d (generous: these tests run
 // on a loaded 2-core machine) or when the test ends.
@@ -29,9 +30,9 @@ func deadline(t *testing.T, d time.Duration) context.Context {
 }
 
 // startCluster starts a private cluster the test may stop and restart.
-func startCluster(t *testing.T) *Cluster {
+func startCluster(t *testing.T) *loadtest.Cluster {
 	t.Helper()
-	c, err := StartCluster(deadline(t, 2*time.Minute))
+	c, err := loadtest.StartCluster(deadline(t, 2*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +56,9 @@ func connect(t *testing.T, url string) *pgxpool.Pool {
 }
 
 // startBank starts a counting, switchable fakebank, closed when the test ends.
-func startBank(t *testing.T, seed int64, faults bankclient.Faults) *Bank {
+func startBank(t *testing.T, seed int64, faults bankclient.Faults) *loadtest.Bank {
 	t.Helper()
-	b, err := StartBank(seed, faults)
+	b, err := loadtest.StartBank(seed, faults)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,16 +68,16 @@ func startBank(t *testing.T, seed int64, faults bankclient.Faults) *Bank {
 
 // startWorker starts `settle worker` against dbURL; it is killed when the
 // test ends, and its log tail is shown if the test failed.
-func startWorker(t *testing.T, name, dbURL string, args ...string) *testworker.Worker {
+func startWorker(t *testing.T, name, dbURL string, args ...string) *workertest.Worker {
 	t.Helper()
-	return testworker.StartT(t, name, dbURL, nil, args...)
+	return workertest.StartT(t, name, dbURL, nil, args...)
 }
 
 // events returns n events of a run named prefix.
 func events(prefix string, n int) []intake.Event {
 	evs := make([]intake.Event, n)
 	for i := range evs {
-		evs[i] = NewEvent(prefix, i)
+		evs[i] = loadtest.NewEvent(prefix, i)
 	}
 	return evs
 }
@@ -94,9 +95,9 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 }
 
 // checkInvariants fails the test on any violated invariant.
-func checkInvariants(t *testing.T, pool *pgxpool.Pool, bank *Bank, acked map[string]int64) {
+func checkInvariants(t *testing.T, pool *pgxpool.Pool, bank *loadtest.Bank, acked map[string]int64) {
 	t.Helper()
-	v, err := CheckInvariants(deadline(t, time.Minute), pool, bank, acked)
+	v, err := loadtest.CheckInvariants(deadline(t, time.Minute), pool, bank, acked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func checkInvariants(t *testing.T, pool *pgxpool.Pool, bank *Bank, acked map[str
 
 // checkProducer fails the test when the producer saw an answer other than
 // an acknowledgement, 503 or 429, or a 503/429 without Retry-After.
-func checkProducer(t *testing.T, p *Producer) ProducerStats {
+func checkProducer(t *testing.T, p *loadtest.Producer) loadtest.ProducerStats {
 	t.Helper()
 	st := p.Stats()
 	for _, u := range st.Unexpected {
@@ -124,7 +125,7 @@ func checkProducer(t *testing.T, p *Producer) ProducerStats {
 	return st
 }
 
-func urls(ws ...*testworker.Worker) func() []string {
+func urls(ws ...*workertest.Worker) func() []string {
 	return func() []string {
 		out := make([]string, len(ws))
 		for i, w := range ws {
@@ -134,6 +135,6 @@ func urls(ws ...*testworker.Worker) func() []string {
 	}
 }
 
-func fmtStats(st ProducerStats) string {
+func fmtStats(st loadtest.ProducerStats) string {
 	return fmt.Sprintf("answers %v, connection errors %d, redeliveries %d", st.ByStatus, st.ConnErrors, st.Redeliveries)
 }

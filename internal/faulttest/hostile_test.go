@@ -16,7 +16,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/loadtest"
 	"github.com/settle/settle/internal/workerproc"
 )
 
@@ -76,14 +77,14 @@ func utf16(s string) []byte {
 // and the worker's goroutines come back to their baseline afterwards.
 func TestHostileHTTP(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	bank := startBank(t, 17, bankclient.Faults{})
 	w := startWorker(t, "w-hostile", db.URL, workerproc.FastFlags(bank.URL)...)
 	ctx := deadline(t, 3*time.Minute)
 	if code := get(t, w.URL()+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz answered %d", code)
 	}
-	base, err := ScrapeMetrics(ctx, w.URL())
+	base, err := loadtest.ScrapeMetrics(ctx, w.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

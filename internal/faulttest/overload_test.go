@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/loadtest"
 	"github.com/settle/settle/internal/workerproc"
+	"github.com/settle/settle/internal/workertest"
 )
 
 // Bounds of the overload test: generous, far below what an unbounded queue
@@ -31,25 +32,25 @@ func TestOverload(t *testing.T) {
 		n       = 640
 		clients = 64
 	)
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	bank := startBank(t, 13, bankclient.Faults{SettleDelayMS: 50})
 	w := startWorker(t, "w-overload", db.URL, append(workerproc.FastFlags(bank.URL), "--max-inflight", "2")...)
 	ctx := deadline(t, 4*time.Minute)
-	base, err := ScrapeMetrics(ctx, w.URL())
+	base, err := loadtest.ScrapeMetrics(ctx, w.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	var (
 		mu   sync.Mutex
-		peak ProcessMetrics
+		peak loadtest.ProcessMetrics
 	)
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		for sampleCtx.Err() == nil {
-			if m, err := ScrapeMetrics(sampleCtx, w.URL()); err == nil {
+			if m, err := loadtest.ScrapeMetrics(sampleCtx, w.URL()); err == nil {
 				mu.Lock()
 				peak.RSSBytes = max(peak.RSSBytes, m.RSSBytes)
 				peak.Goroutines = max(peak.Goroutines, m.Goroutines)
@@ -63,7 +64,7 @@ func TestOverload(t *testing.T) {
 			}
 		}
 	}()
-	p := &Producer{URLs: urls(w), MaxBackoff: 200 * time.Millisecond}
+	p := &loadtest.Producer{URLs: urls(w), MaxBackoff: 200 * time.Millisecond}
 	burstStart := time.Now()
 	err = p.Stream(ctx, events("overload", n), clients)
 	stopSampling()
@@ -87,7 +88,7 @@ func TestOverload(t *testing.T) {
 		t.Errorf("worker goroutines peaked at %.0f, over %d", peak.Goroutines, overloadMaxGoroutines)
 	}
 	drainStart := time.Now()
-	if err := WaitTerminal(ctx, db.Pool, n); err != nil {
+	if err := loadtest.WaitTerminal(ctx, db.Pool, n); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("drained in %s", time.Since(drainStart).Round(time.Millisecond))
@@ -100,12 +101,12 @@ func TestOverload(t *testing.T) {
 // waitGoroutines waits until the worker runs no more goroutines than base
 // plus a margin for River's own (its producers and maintenance services come
 // and go), failing the test when they stay above it.
-func waitGoroutines(t *testing.T, ctx context.Context, w *testworker.Worker, base float64) {
+func waitGoroutines(t *testing.T, ctx context.Context, w *workertest.Worker, base float64) {
 	t.Helper()
 	const margin = 15
-	var last ProcessMetrics
+	var last loadtest.ProcessMetrics
 	for {
-		m, err := ScrapeMetrics(ctx, w.URL())
+		m, err := loadtest.ScrapeMetrics(ctx, w.URL())
 		if err == nil && m.Goroutines <= base+margin {
 			return
 		}

@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/ops"
 	"github.com/settle/settle/internal/submit"
-	"github.com/settle/settle/internal/testdb"
 )
 
 // noJobs stands in for River: this test is about intake and its metrics.
@@ -27,7 +27,7 @@ func (noJobs) InsertSendTx(context.Context, pgx.Tx, []string) error { return nil
 // scrapes /metrics and checks the counters' and gauges' values.
 func TestSubmitThroughIntakeThenScrape(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	reg := ops.NewRegistry(db.Pool)
 	m := metrics.New(reg)
 	svc, err := intake.NewService(intake.Config{DB: db.Pool, Jobs: noJobs{}, Metrics: m})

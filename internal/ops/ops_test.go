@@ -10,16 +10,18 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/ops"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/settletest"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
 // get fetches path from srv with the given Authorization header (none when
 // empty) and returns the status and body.
@@ -46,7 +48,7 @@ func get(t *testing.T, srv *httptest.Server, path, auth string) (int, string) {
 
 func TestMetricsHandlerReportsStatesAndCounters(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	ctx := context.Background()
 	// Three settlements: two confirmed, one uncertain and flagged.
 	for i, row := range []struct {
@@ -96,8 +98,8 @@ func TestMetricsHandlerReportsStatesAndCounters(t *testing.T) {
 
 func TestStateCollectorKeepsLastValuesWhenTheDatabaseFails(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	now := &testClock{}
+	db := dbtest.New(t)
+	now := settletest.NewManualClock(time.Unix(1_700_000_000, 0))
 	c := metrics.NewStateCollector(db.Pool, metrics.StateCollectorOpts{Now: now.Now})
 	reg := ops.NewRegistry(nil)
 	reg.MustRegister(c)
@@ -107,7 +109,7 @@ func TestStateCollectorKeepsLastValuesWhenTheDatabaseFails(t *testing.T) {
 		t.Fatalf("first scrape lacks the pending gauge:\n%s", body)
 	}
 	db.Pool.Close() // every later query fails
-	now.advance(60)
+	now.Advance(60 * time.Second)
 	_, body := get(t, srv, "/metrics", "")
 	for _, want := range []string{`settle_settlements{state="pending"} 0`, "settle_settlements_query_errors_total 1"} {
 		if !strings.Contains(body, want) {
@@ -118,7 +120,7 @@ func TestStateCollectorKeepsLastValuesWhenTheDatabaseFails(t *testing.T) {
 
 func TestRiverUIAnswersBehindTheToken(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})

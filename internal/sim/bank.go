@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/settletest"
 )
 
 // Faults is the simulated bank's fault profile. Rates are probabilities in
@@ -43,7 +44,7 @@ type BankConfig struct {
 	// Seed seeds the bank's own random source.
 	Seed uint64
 	// Clock is the simulated clock (required).
-	Clock *Clock
+	Clock *settletest.ManualClock
 	// KeyTTL is how long the bank remembers an idempotency key after it
 	// first saw it; 0 remembers for ever. A POST with a forgotten key
 	// creates a new payment.
@@ -64,7 +65,7 @@ type BankConfig struct {
 // scheduler does that).
 type Bank struct {
 	cfg   BankConfig
-	clock *Clock
+	clock *settletest.ManualClock
 
 	mu       sync.Mutex
 	rng      *rand.Rand

@@ -8,7 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/reconcile"
 )
 
 // cleanSeed is a seed of the default range whose run breaks no invariant
@@ -43,11 +44,15 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 		{"movement deleted", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
 			exec(ctx, t, tx, `SET LOCAL session_replication_role = replica`)
 			exec(ctx, t, tx, `DELETE FROM ledger_movements WHERE settlement_id = $1`, g.confirmed)
-		}, "confirmed with 0 ledger movements"},
+		}, "confirmed with 0 ledger movement(s)"},
 		{"movement amount changed", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
 			exec(ctx, t, tx, `SET LOCAL session_replication_role = replica`)
 			exec(ctx, t, tx, `UPDATE ledger_movements SET amount_cents = amount_cents + 1 WHERE settlement_id = $1`, g.confirmed)
-		}, "differs from the first payload"},
+		}, "differs from the settlement's"},
+		{"reversal of a confirmed settlement", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
+			exec(ctx, t, tx, `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+				SELECT settlement_id, 'reversal', account_id, amount_cents, currency FROM settlements WHERE settlement_id = $1`, g.confirmed)
+		}, "confirmed with 2 ledger movement(s) (payout+reversal), want payout"},
 		{"settlement payload changed", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
 			exec(ctx, t, tx, `UPDATE settlements SET beneficiary = beneficiary || '-x' WHERE settlement_id = $1`, g.failed)
 		}, "first payload was"},
@@ -83,7 +88,7 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := testdb.New(t)
+			db := dbtest.New(t)
 			r, err := simulate(ctx, db.Pool, Config{Seed: cleanSeed})
 			if err != nil {
 				t.Fatal(err)
@@ -105,7 +110,7 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := Check(ctx, db.Pool, r.expect())
+			got, err := reconcile.CheckInvariants(ctx, db.Pool, r.expect())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +138,7 @@ func TestDeterminism(t *testing.T) {
 	ctx := context.Background()
 	var traces [2]string
 	for i := range traces {
-		db := testdb.New(t)
+		db := dbtest.New(t)
 		res, err := Run(ctx, db.Pool, Config{Seed: 42})
 		if err != nil {
 			t.Fatal(err)

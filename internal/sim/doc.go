@@ -4,7 +4,7 @@
 // crashes, runs the real engine (intake.Service and reconcile.Resolver)
 // against a real PostgreSQL database and an in-memory model of the bank
 // ([Bank]), then checks the exactly-once invariants in SQL and against the
-// bank's books ([Check]).
+// bank's books (reconcile.CheckInvariants).
 //
 // It owns the simulated bank, the simulated clock, the cooperative
 // scheduler that interleaves several engine calls at the granularity of

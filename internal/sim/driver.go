@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/reconcile"
 )
 
@@ -105,7 +106,7 @@ type delivery struct {
 type run struct {
 	cfg   Config
 	rng   *rand.Rand
-	clock *Clock
+	clock *settletest.ManualClock
 	bank  *Bank
 	pool  *pgxpool.Pool
 	sched *scheduler
@@ -179,7 +180,7 @@ func simulate(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*run, error)
 // newRun sets a run up: the clock at Epoch, a bank forgetting keys after
 // bankTTL, the engine's key TTL EngineKeyTTL less cfg.KeyTTLMargin.
 func newRun(pool *pgxpool.Pool, cfg Config, rng *rand.Rand, bankTTL time.Duration) *run {
-	clock := NewClock(Epoch)
+	clock := settletest.NewManualClock(Epoch)
 	return &run{
 		cfg:   cfg,
 		rng:   rng,
@@ -202,7 +203,7 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 	if err := r.recover(ctx); err != nil {
 		return nil, err
 	}
-	violations, err := Check(ctx, r.pool, r.expect())
+	violations, err := reconcile.CheckInvariants(ctx, r.pool, r.expect())
 	if err != nil {
 		return nil, err
 	}
@@ -619,11 +620,19 @@ func (r *run) single(ctx context.Context, label string, mk func(*actor, *string)
 	return nil
 }
 
-// expect is what the checker needs to know of the run.
-func (r *run) expect() Expect {
-	e := Expect{
+// expect is what the checker needs to know of the run: every payload whose
+// intake committed first, every delivery, the bank's books.
+func (r *run) expect() reconcile.Expect {
+	first := make(map[string]reconcile.Payload, len(r.first))
+	for id, ev := range r.first {
+		first[id] = reconcile.Payload{AccountID: ev.AccountID, AmountCents: ev.AmountCents, Currency: ev.Currency,
+			Beneficiary: ev.Beneficiary, PayloadHash: intake.CanonicalHash(ev)}
+	}
+	e := reconcile.Expect{
 		KeyTTL:         r.engineTTL,
-		First:          r.first,
+		First:          first,
+		AllCommitted:   true,
+		CheckBank:      true,
 		Payments:       r.bank.Payments(),
 		ConflictsAcked: r.conflictsAcked,
 		Recovered:      true,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 )
 
 // TestKeyTTLBoundaryResend is the smallest schedule of a double payment the
@@ -44,7 +44,7 @@ func TestKeyTTLBoundaryResend(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := testdb.New(t)
+			db := dbtest.New(t)
 			r := newRun(db.Pool, Config{KeyTTLMargin: tc.margin}, rand.New(rand.NewPCG(1, 1)), EngineKeyTTL)
 			r.genEvents(1)
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/internal/testdb"
+	"github.com/settle/settle/internal/dbtest"
 )
 
 var (
@@ -25,7 +25,7 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(testdb.Main(m))
+	os.Exit(dbtest.Main(m))
 }
 
 // defaultSeeds keeps the default run within about a minute on two cores.
@@ -61,7 +61,7 @@ func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 func TestSimulation(t *testing.T) {
 	ctx := context.Background()
 	if *flagSeed != 0 {
-		db := testdb.New(t)
+		db := dbtest.New(t)
 		res, err := Run(ctx, db.Pool, Config{Seed: *flagSeed, KeyTTLMargin: *flagMargin})
 		if err != nil {
 			t.Fatalf("seed %d: harness error: %v", *flagSeed, err)
@@ -93,11 +93,11 @@ func TestSimulation(t *testing.T) {
 		start    = time.Now()
 		wg       sync.WaitGroup
 		harness  []error
-		dbs      = make([]*testdb.DB, workers)
+		dbs      = make([]*dbtest.DB, workers)
 		reported = 0
 	)
 	for w := range workers {
-		dbs[w] = testdb.New(t)
+		dbs[w] = dbtest.New(t)
 	}
 	for w := range workers {
 		wg.Add(1)

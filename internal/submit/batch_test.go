@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/submit"
-	"github.com/settle/settle/internal/testdb"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
 // noJobs stands in for River: these tests are about what intake answers.
 type noJobs struct{}
@@ -22,9 +22,9 @@ type noJobs struct{}
 func (noJobs) InsertSendTx(context.Context, pgx.Tx, []string) error { return nil }
 
 // intakeAPI serves the real intake API on a database of its own.
-func intakeAPI(t *testing.T) (string, *testdb.DB) {
+func intakeAPI(t *testing.T) (string, *dbtest.DB) {
 	t.Helper()
-	db := testdb.New(t)
+	db := dbtest.New(t)
 	svc, err := intake.NewService(intake.Config{DB: db.Pool, Jobs: noJobs{}})
 	if err != nil {
 		t.Fatal(err)

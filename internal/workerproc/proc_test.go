@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/testbin"
-	"github.com/settle/settle/internal/testdb"
-	"github.com/settle/settle/internal/testworker"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/workerproc"
+	"github.com/settle/settle/internal/workertest"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m, testbin.Cleanup)) }
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }
 
 // closedPort returns an address nothing listens on: the worker's bank,
 // which these tests never reach.
@@ -31,11 +31,11 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-// start starts a worker against a fresh database through testworker
+// start starts a worker against a fresh database through workertest
 // (which is workerproc plus test cleanup); it is killed when the test ends.
 func start(t *testing.T, name string) *workerproc.Proc {
 	t.Helper()
-	return testworker.StartT(t, name, testdb.New(t).URL, nil,
+	return workertest.StartT(t, name, dbtest.New(t).URL, nil,
 		"--listen", "127.0.0.1:0", "--bank-url", "http://"+closedPort(t), "--log-format", "json")
 }
 
@@ -96,7 +96,7 @@ func TestStartExitsBeforeListening(t *testing.T) {
 	t.Parallel()
 	logPath := filepath.Join(t.TempDir(), "bad.log")
 	_, err := workerproc.Start(context.Background(), workerproc.Options{
-		Executable: testbin.Build(t),
+		Executable: bintest.Build(t),
 		Name:       "w-bad",
 		LogPath:    logPath,
 		Args:       []string{"--no-such-flag"},

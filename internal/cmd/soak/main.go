@@ -11,7 +11,7 @@
 // the database the connections in pg_stat_activity and River's queue depth
 // (jobs available, scheduled or retryable). After --duration it stops the
 // stream, waits for every settlement to end terminal, checks the invariants
-// (faulttest.CheckInvariants), and compares each series' mean over the last
+// (loadtest.CheckInvariants), and compares each series' mean over the last
 // third of the run with its mean over the first third (the first tenth is
 // warm-up and ignored): a growth beyond --tolerance (relative) plus a small
 // absolute slack per series fails the run.
@@ -40,7 +40,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/database"
-	"github.com/settle/settle/internal/faulttest"
+	"github.com/settle/settle/internal/loadtest"
 	"github.com/settle/settle/internal/workerproc"
 )
 
@@ -60,12 +60,12 @@ type options struct {
 
 // sample is one measurement of the whole system.
 type sample struct {
-	At      time.Duration              `json:"at_ns"`
-	Workers []faulttest.ProcessMetrics `json:"workers"`
-	DBConns float64                    `json:"db_connections"`
-	Queue   float64                    `json:"queue_depth"`
-	States  map[string]int             `json:"states"`
-	Acked   int                        `json:"acked"`
+	At      time.Duration             `json:"at_ns"`
+	Workers []loadtest.ProcessMetrics `json:"workers"`
+	DBConns float64                   `json:"db_connections"`
+	Queue   float64                   `json:"queue_depth"`
+	States  map[string]int            `json:"states"`
+	Acked   int                       `json:"acked"`
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -106,12 +106,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func soak(ctx context.Context, o options, out io.Writer) (problems []string, err error) {
 	logf := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
-	cluster, err := faulttest.StartCluster(ctx)
+	cluster, err := loadtest.StartCluster(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer cluster.Close()
-	bank, err := faulttest.StartBank(1, bankclient.Faults{
+	bank, err := loadtest.StartBank(1, bankclient.Faults{
 		FailBeforeRate: 0.05, DropResponseRate: 0.10, StatusErrorRate: 0.10,
 		SettlementFailureRate: 0.02, LatencyMinMS: 0, LatencyMaxMS: 30, SettleDelayMS: 300,
 	})
@@ -151,7 +151,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 	}
 	defer pool.Close()
 
-	p := &faulttest.Producer{URLs: func() []string {
+	p := &loadtest.Producer{URLs: func() []string {
 		return []string{workers[0].URL(), workers[1].URL()}
 	}}
 	start := time.Now()
@@ -188,7 +188,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 	logf("soak: stream over: %d settlements acknowledged; waiting for every one to end terminal", len(acked))
 	dctx, cancel := context.WithTimeout(ctx, o.drain)
 	defer cancel()
-	if err := faulttest.WaitTerminal(dctx, pool, len(acked)); err != nil {
+	if err := loadtest.WaitTerminal(dctx, pool, len(acked)); err != nil {
 		problems = append(problems, "drain: "+err.Error())
 	}
 	for _, w := range workers {
@@ -196,7 +196,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 			problems = append(problems, w.Name()+" exited during the run:\n"+workerproc.Tail(w.LogPath(), 20))
 		}
 	}
-	violations, err := faulttest.CheckInvariants(ctx, pool, bank, acked)
+	violations, err := loadtest.CheckInvariants(ctx, pool, bank, acked)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 	for _, u := range st.Unexpected {
 		problems = append(problems, "unexpected answer: "+u)
 	}
-	states, _ := faulttest.StateCounts(ctx, pool)
+	states, _ := loadtest.StateCounts(ctx, pool)
 	logf("soak: producer answers %v, connection errors %d, redeliveries %d; states %v; bank %+v %+v",
 		st.ByStatus, st.ConnErrors, st.Redeliveries, states, bank.Stats(), bank.Counts())
 	growth, report := growthProblems(samples, o.tolerance)
@@ -223,7 +223,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 // stream delivers events at rate per second until ctx ends; one in ten is
 // delivered a second time a little later (another event id, the same
 // business payload), as a queue redelivers after a lost acknowledgement.
-func stream(ctx context.Context, p *faulttest.Producer, rate float64) error {
+func stream(ctx context.Context, p *loadtest.Producer, rate float64) error {
 	interval := time.Duration(float64(time.Second) / rate)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -254,9 +254,9 @@ func stream(ctx context.Context, p *faulttest.Producer, rate float64) error {
 			return firstErr
 		case <-tick.C:
 		}
-		evs := []intake.Event{faulttest.NewEvent("soak", i)}
+		evs := []intake.Event{loadtest.NewEvent("soak", i)}
 		if i >= 50 && i%10 == 0 {
-			dup := faulttest.NewEvent("soak", i-50)
+			dup := loadtest.NewEvent("soak", i-50)
 			dup.EventID += "-again"
 			evs = append(evs, dup)
 		}
@@ -274,10 +274,10 @@ func stream(ctx context.Context, p *faulttest.Producer, rate float64) error {
 }
 
 // measure takes one sample.
-func measure(ctx context.Context, pool *pgxpool.Pool, workers []*workerproc.Proc, p *faulttest.Producer) (sample, error) {
+func measure(ctx context.Context, pool *pgxpool.Pool, workers []*workerproc.Proc, p *loadtest.Producer) (sample, error) {
 	var s sample
 	for _, w := range workers {
-		m, err := faulttest.ScrapeMetrics(ctx, w.URL())
+		m, err := loadtest.ScrapeMetrics(ctx, w.URL())
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", w.Name(), err)
 		}
@@ -292,7 +292,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, workers []*workerproc.Proc
 		(SELECT count(*) FROM river_job WHERE state IN ('available', 'scheduled', 'retryable'))`).Scan(&s.DBConns, &s.Queue); err != nil {
 		return s, err
 	}
-	states, err := faulttest.StateCounts(qctx, pool)
+	states, err := loadtest.StateCounts(qctx, pool)
 	if err != nil {
 		return s, err
 	}
@@ -339,22 +339,22 @@ var series = []struct {
 	get   func(s sample) []float64
 }{
 	{"goroutines", 20, func(s sample) []float64 {
-		return perWorker(s, func(m faulttest.ProcessMetrics) float64 { return m.Goroutines })
+		return perWorker(s, func(m loadtest.ProcessMetrics) float64 { return m.Goroutines })
 	}},
 	{"rss_mib", 16, func(s sample) []float64 {
-		return perWorker(s, func(m faulttest.ProcessMetrics) float64 { return m.RSSBytes / (1 << 20) })
+		return perWorker(s, func(m loadtest.ProcessMetrics) float64 { return m.RSSBytes / (1 << 20) })
 	}},
 	{"open_fds", 10, func(s sample) []float64 {
-		return perWorker(s, func(m faulttest.ProcessMetrics) float64 { return m.OpenFDs })
+		return perWorker(s, func(m loadtest.ProcessMetrics) float64 { return m.OpenFDs })
 	}},
 	{"threads", 4, func(s sample) []float64 {
-		return perWorker(s, func(m faulttest.ProcessMetrics) float64 { return m.Threads })
+		return perWorker(s, func(m loadtest.ProcessMetrics) float64 { return m.Threads })
 	}},
 	{"db_connections", 10, func(s sample) []float64 { return []float64{s.DBConns} }},
 	{"queue_depth", 50, func(s sample) []float64 { return []float64{s.Queue} }},
 }
 
-func perWorker(s sample, f func(faulttest.ProcessMetrics) float64) []float64 {
+func perWorker(s sample, f func(loadtest.ProcessMetrics) float64) []float64 {
 	out := make([]float64, len(s.Workers))
 	for i, m := range s.Workers {
 		out[i] = f(m)

@@ -1,14 +1,12 @@
-// Package syncbuf provides a bytes.Buffer that several goroutines may
-// write and read at once: a logger and a test, or os/exec's copying
-// goroutine and a test. It owns nothing else.
-package syncbuf
+package settletest
 
 import (
 	"bytes"
 	"sync"
 )
 
-// Buffer is a bytes.Buffer safe for concurrent use. The zero value is
+// Buffer is a bytes.Buffer safe for concurrent use: a logger and a test,
+// or os/exec's copying goroutine and a test, may share it. The zero value is
 // ready to use.
 type Buffer struct {
 	mu  sync.Mutex

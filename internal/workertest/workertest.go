@@ -1,18 +1,18 @@
-// Package testworker runs `settle worker` as a subprocess for tests: StartT
-// builds the binary (internal/testbin), starts a worker through
+// Package workertest runs `settle worker` as a subprocess for tests: StartT
+// builds the binary (internal/bintest), starts a worker through
 // internal/workerproc, kills it when the test ends and shows the end of its
 // log if the test failed.
 //
 // It owns only these test conveniences; the process handling is
 // workerproc's. It must never be imported by non-test code.
-package testworker
+package workertest
 
 import (
 	"context"
 	"path/filepath"
 	"testing"
 
-	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/workerproc"
 )
 
@@ -20,14 +20,14 @@ import (
 type Worker = workerproc.Proc
 
 // StartT starts `settle worker args…` for t with the settle binary of
-// testbin, DATABASE_URL=dbURL and the extra environment env (none of our
+// bintest, DATABASE_URL=dbURL and the extra environment env (none of our
 // SETTLE_* variables), its log in t's temporary directory. It fails t if
 // the worker does not listen, kills it when t ends, and shows the end of
 // its log if t failed.
 func StartT(t testing.TB, name, dbURL string, env []string, args ...string) *Worker {
 	t.Helper()
 	w, err := workerproc.Start(context.Background(), workerproc.Options{
-		Executable:  testbin.Build(t),
+		Executable:  bintest.Build(t),
 		Name:        name,
 		DatabaseURL: dbURL,
 		LogPath:     filepath.Join(t.TempDir(), name+".log"),

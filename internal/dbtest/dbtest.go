@@ -1,9 +1,9 @@
-// Package testdb gives each test its own PostgreSQL database, cloned from a
+// Package dbtest gives each test its own PostgreSQL database, cloned from a
 // migrated template, so tests run in parallel and never see each other's
 // rows. With DATABASE_URL unset it starts a private throwaway cluster (the
 // same code as settle's embedded default) once per test binary; Main stops
 // it, and a watchdog stops it even if the binary is killed.
-package testdb
+package dbtest
 
 import (
 	"context"
@@ -38,8 +38,8 @@ var (
 )
 
 // Main runs the tests of a package, then the after functions (for example
-// testbin.Cleanup), then stops the private cluster if one was started. Use
-// it from TestMain: os.Exit(testdb.Main(m, testbin.Cleanup)).
+// bintest.Cleanup), then stops the private cluster if one was started. Use
+// it from TestMain: os.Exit(dbtest.Main(m, bintest.Cleanup)).
 func Main(m *testing.M, after ...func()) int {
 	code := m.Run()
 	for _, f := range after {
@@ -72,7 +72,7 @@ func setup(t testing.TB) {
 	t.Helper()
 	setupOnce.Do(func() { setupErr = doSetup() })
 	if setupErr != nil {
-		t.Fatalf("testdb: %v", setupErr)
+		t.Fatalf("dbtest: %v", setupErr)
 	}
 }
 
@@ -197,7 +197,7 @@ func create(t testing.TB, template string) *DB {
 	name := fmt.Sprintf("t_%d_%d", os.Getpid(), counter.Add(1))
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		t.Fatalf("testdb: error connecting: %v", err)
+		t.Fatalf("dbtest: error connecting: %v", err)
 	}
 	defer conn.Close(ctx)
 	// Two CREATE DATABASE from one template at once may collide on the
@@ -210,23 +210,23 @@ func create(t testing.TB, template string) *DB {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("testdb: error creating database %s: %v", name, err)
+		t.Fatalf("dbtest: error creating database %s: %v", name, err)
 	}
 	db := &DB{Name: name, URL: urlOf(name)}
 	db.Pool, err = database.Connect(ctx, db.URL, database.PoolOptions{MaxConns: 20, ApplicationName: "settle-test"})
 	if err != nil {
-		t.Fatalf("testdb: %v", err)
+		t.Fatalf("dbtest: %v", err)
 	}
 	t.Cleanup(func() {
 		db.Pool.Close()
 		c, err := pgx.Connect(context.Background(), adminURL)
 		if err != nil {
-			t.Logf("testdb: error connecting to drop %s: %v", name, err)
+			t.Logf("dbtest: error connecting to drop %s: %v", name, err)
 			return
 		}
 		defer c.Close(context.Background())
 		if _, err := c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Logf("testdb: error dropping %s: %v", name, err)
+			t.Logf("dbtest: error dropping %s: %v", name, err)
 		}
 	})
 	return db

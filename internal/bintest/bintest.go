@@ -1,11 +1,11 @@
-// Package testbin builds the settle binary for tests that run it as a
+// Package bintest builds the settle binary for tests that run it as a
 // subprocess. It builds once per test process and hands every caller the
 // same path.
 //
 // It owns only that build. It must never be imported by non-test code, and
 // it never starts the binary: callers start it and must kill what they start
 // in t.Cleanup.
-package testbin
+package bintest
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func Build(t testing.TB) string {
 	t.Helper()
 	once.Do(func() { path, err = build() })
 	if err != nil {
-		t.Fatalf("testbin: %v", err)
+		t.Fatalf("bintest: %v", err)
 	}
 	return path
 }
@@ -61,7 +61,7 @@ func build() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp(os.TempDir(), "settle-testbin-")
+	dir, err := os.MkdirTemp(os.TempDir(), "settle-bintest-")
 	if err != nil {
 		return "", fmt.Errorf("error creating build directory: %w", err)
 	}

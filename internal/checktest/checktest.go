@@ -1,0 +1,49 @@
+// Package checktest fails a test on any broken exactly-once invariant: it
+// runs the one checker, reconcile.CheckInvariants, with the bank's
+// statement read for it. Nothing in settle's binaries may import it.
+package checktest
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/reconcile"
+)
+
+// CheckInvariants runs the one exactly-once checker
+// (reconcile.CheckInvariants) and fails t with every violation. When
+// bankURL is not empty it reads that bank's statement first and checks the
+// ledger against it (e.CheckBank, e.Payments).
+func CheckInvariants(t testing.TB, db reconcile.Querier, bankURL string, e reconcile.Expect) {
+	t.Helper()
+	ctx := context.Background()
+	if bankURL != "" {
+		client, err := bankclient.New(bankURL, bankclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Payments, err = bankclient.AllPayments(ctx, client); err != nil {
+			t.Fatalf("error reading the bank's statement: %v", err)
+		}
+		e.CheckBank = true
+	}
+	v, err := reconcile.CheckInvariants(ctx, db, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v) > 0 {
+		t.Errorf("%d invariant violation(s):\n  %s", len(v), strings.Join(v, "\n  "))
+	}
+}
+
+// Amounts returns the expectation that each settlement of acked exists and
+// holds that amount (the amount it was acknowledged with).
+func Amounts(acked map[string]int64) map[string]reconcile.Payload {
+	first := make(map[string]reconcile.Payload, len(acked))
+	for id, amount := range acked {
+		first[id] = reconcile.Payload{AmountCents: amount}
+	}
+	return first
+}

@@ -1,0 +1,376 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/statemachine"
+)
+
+// Querier is what CheckInvariants needs of the database; *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx satisfy it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Payload is what a settlement must carry: the business fields of the
+// event whose intake transaction committed first. A zero field is not
+// checked (a caller may know only the amount it was acknowledged with).
+type Payload struct {
+	AccountID   string
+	AmountCents int64
+	Currency    string
+	Beneficiary string
+	// PayloadHash is the canonical hash the receipt must hold.
+	PayloadHash string
+}
+
+// Expect is what CheckInvariants knows from outside the engine's tables.
+// Its zero value checks the tables alone.
+type Expect struct {
+	// First maps a settlement_id to the payload it must carry.
+	First map[string]Payload
+	// AllCommitted says First names every settlement whose intake
+	// transaction committed: any other settlement is a violation.
+	AllCommitted bool
+	// Delivered lists settlements that were acknowledged (or delivered
+	// until acknowledged): each must exist.
+	Delivered []string
+	// CheckBank asks for the checks against Payments, the bank's books.
+	CheckBank bool
+	// Payments is every payment the bank ever executed, forgotten keys
+	// included (the bank's statement).
+	Payments []bankclient.Payment
+	// KeyTTL, when positive, is the engine's --bank-key-ttl: no POST may
+	// have been claimed once it had passed since the first attempt.
+	KeyTTL time.Duration
+	// ConflictsAcked counts the 409 answers intake gave per settlement;
+	// each must be recorded in receipt_conflicts.
+	ConflictsAcked map[string]int
+	// Recovered asks for the liveness check: every settlement is terminal
+	// or flagged needs_investigation.
+	Recovered bool
+}
+
+// CheckInvariants is the one exactly-once checker: the simulation, the
+// end-to-end, fault and job tests, soak and `settle demo` all use it. It
+// reads the engine's tables (and, with e.CheckBank, the bank's books) and
+// returns one line per violation, empty when every invariant holds:
+//
+//   - every delivered settlement exists and carries its first payload
+//     (receipt hash, account, amount, currency, beneficiary);
+//   - a confirmed settlement has exactly one payout movement and no
+//     reversal; a returned one exactly one of each; any other none; every
+//     movement carries its settlement's account, amount and currency; no
+//     movement exists without its settlement;
+//   - the bank_key is the stable key of the settlement id;
+//   - the history is one chain from its creation (→ pending) to the
+//     current state, every step allowed by statemachine.Allowed;
+//   - at most one payment per settlement at the bank, under its stable
+//     key, for the first payload's amount, currency and accounts;
+//   - a confirmed settlement has a settled payment at the bank, which its
+//     movement names; a failed one has none; after recovery a settled
+//     payment belongs to a confirmed settlement or a flagged one;
+//   - no POST was claimed once KeyTTL had passed since the first attempt;
+//   - every 409 answered was recorded in receipt_conflicts, against the
+//     receipt's hash;
+//   - after recovery, nothing is open without needs_investigation.
+//
+// An error means the checker could not read the database.
+func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error) {
+	var v []string
+	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
+
+	type settlementRow struct {
+		id, account, currency, beneficiary, bankKey, receiptHash string
+		state                                                    settlement.State
+		amount                                                   int64
+		flagged                                                  bool
+	}
+	settlements, err := collect(ctx, db, `
+		SELECT s.settlement_id, s.state, s.account_id, s.currency, s.beneficiary, s.bank_key,
+		       coalesce(r.payload_hash, ''), s.amount_cents, s.needs_investigation
+		FROM settlements s LEFT JOIN settlement_receipts r USING (settlement_id)
+		ORDER BY s.settlement_id`, func(row pgx.CollectableRow) (settlementRow, error) {
+		var s settlementRow
+		err := row.Scan(&s.id, &s.state, &s.account, &s.currency, &s.beneficiary, &s.bankKey,
+			&s.receiptHash, &s.amount, &s.flagged)
+		return s, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	type movementRow struct {
+		id, kind, account, currency, paymentID string
+		amount                                 int64
+	}
+	movements, err := collect(ctx, db, `
+		SELECT settlement_id, kind, account_id, currency, amount_cents, coalesce(bank_payment_id, '')
+		FROM ledger_movements ORDER BY id`, func(row pgx.CollectableRow) (movementRow, error) {
+		var m movementRow
+		err := row.Scan(&m.id, &m.kind, &m.account, &m.currency, &m.amount, &m.paymentID)
+		return m, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	type transitionRow struct {
+		id, why string
+		from    *settlement.State
+		to      settlement.State
+	}
+	transitions, err := collect(ctx, db, `
+		SELECT settlement_id, from_state, to_state, reason
+		FROM settlement_transitions ORDER BY settlement_id, id`, func(row pgx.CollectableRow) (transitionRow, error) {
+		var t transitionRow
+		err := row.Scan(&t.id, &t.from, &t.to, &t.why)
+		return t, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var lateSends []string
+	if e.KeyTTL > 0 {
+		lateSends, err = collect(ctx, db, `
+			SELECT a.settlement_id || ' claimed a POST at ' || a.started_at::text ||
+			       ', first attempt ' || s.first_attempt_at::text
+			FROM bank_attempts a JOIN settlements s USING (settlement_id)
+			WHERE a.op = 'send' AND a.started_at >= s.first_attempt_at + $1::float8 * interval '1 second'
+			ORDER BY a.id`, pgx.RowTo[string], e.KeyTTL.Seconds())
+		if err != nil {
+			return nil, err
+		}
+	}
+	type conflictRow struct {
+		id              string
+		matching, total int
+	}
+	conflicts, err := collect(ctx, db, `
+		SELECT c.settlement_id, count(*) FILTER (WHERE c.stored_hash = r.payload_hash)::int, count(*)::int
+		FROM receipt_conflicts c LEFT JOIN settlement_receipts r USING (settlement_id)
+		GROUP BY c.settlement_id ORDER BY c.settlement_id`, func(row pgx.CollectableRow) (conflictRow, error) {
+		var c conflictRow
+		err := row.Scan(&c.id, &c.matching, &c.total)
+		return c, err
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	byID := map[string]settlementRow{}
+	for _, s := range settlements {
+		byID[s.id] = s
+	}
+	movesOf := map[string][]movementRow{}
+	for _, m := range movements {
+		movesOf[m.id] = append(movesOf[m.id], m)
+		if _, ok := byID[m.id]; !ok {
+			bad("%s: %s movement without a settlement", m.id, m.kind)
+		}
+	}
+	paysOf := map[string][]bankclient.Payment{}
+	for _, p := range e.Payments {
+		paysOf[p.Reference] = append(paysOf[p.Reference], p)
+		if _, ok := byID[p.Reference]; !ok && e.CheckBank {
+			bad("bank payment %s for %s, which is not a settlement", p.ID, p.Reference)
+		}
+	}
+	for _, id := range e.Delivered {
+		if _, ok := byID[id]; !ok {
+			bad("%s: acknowledged (or delivered until acknowledged) but no settlement exists", id)
+		}
+	}
+
+	for _, s := range settlements {
+		first, known := e.First[s.id]
+		switch {
+		case !known && e.AllCommitted:
+			bad("%s: exists but no intake transaction of it is known to have committed", s.id)
+		case known:
+			if first.PayloadHash != "" && s.receiptHash != first.PayloadHash {
+				bad("%s: receipt hash %s is not the first committed payload's %s", s.id, s.receiptHash, first.PayloadHash)
+			}
+			if differs(s.account, first.AccountID) || (first.AmountCents != 0 && s.amount != first.AmountCents) ||
+				differs(s.currency, first.Currency) || differs(s.beneficiary, first.Beneficiary) {
+				bad("%s: settlement carries %s %d %s → %s, first payload was %s %d %s → %s", s.id,
+					s.account, s.amount, s.currency, s.beneficiary, first.AccountID, first.AmountCents, first.Currency, first.Beneficiary)
+			}
+		}
+		if s.bankKey != bankclient.KeyFor(s.id) {
+			bad("%s: bank_key %s is not the stable key %s", s.id, s.bankKey, bankclient.KeyFor(s.id))
+		}
+
+		// Movements: payout with confirmed, payout and reversal with
+		// returned, none otherwise.
+		ms := movesOf[s.id]
+		kinds := map[string]int{}
+		for _, m := range ms {
+			kinds[m.kind]++
+			if m.account != s.account || m.amount != s.amount || m.currency != s.currency {
+				bad("%s: %s movement %s %d %s differs from the settlement's %s %d %s", s.id, m.kind,
+					m.account, m.amount, m.currency, s.account, s.amount, s.currency)
+			}
+		}
+		want := map[settlement.State]string{settlement.Confirmed: "payout", settlement.Returned: "payout+reversal"}[s.state]
+		if got := movementKinds(kinds); got != want {
+			if want == "" {
+				want = "none"
+			}
+			bad("%s: %s with %d ledger movement(s) (%s), want %s", s.id, s.state, len(ms), got, want)
+		}
+
+		if e.CheckBank {
+			pays := paysOf[s.id]
+			if len(pays) > 1 {
+				var ids strings.Builder
+				for _, p := range pays {
+					fmt.Fprintf(&ids, " %s(%s, created %s)", p.ID, p.Status, p.CreatedAt.Format(time.RFC3339Nano))
+				}
+				bad("%s: PAID %d TIMES at the bank:%s", s.id, len(pays), ids.String())
+			}
+			settled := 0
+			for _, p := range pays {
+				if p.IdempotencyKey != "" && p.IdempotencyKey != bankclient.KeyFor(s.id) {
+					bad("%s: bank payment %s under key %s, not the stable key", s.id, p.ID, p.IdempotencyKey)
+				}
+				if known && ((first.AmountCents != 0 && p.AmountCents != first.AmountCents) || differs(p.Currency, first.Currency) ||
+					differs(p.DebtorAccount, first.AccountID) || differs(p.CreditorAccount, first.Beneficiary)) {
+					bad("%s: bank payment %s is %d %s %s → %s, first payload was %d %s %s → %s", s.id, p.ID,
+						p.AmountCents, p.Currency, p.DebtorAccount, p.CreditorAccount,
+						first.AmountCents, first.Currency, first.AccountID, first.Beneficiary)
+				}
+				if p.AmountCents != s.amount {
+					bad("%s: bank payment %s is for %d, the settlement for %d", s.id, p.ID, p.AmountCents, s.amount)
+				}
+				if p.Status == bankclient.StatusSettled {
+					settled++
+				}
+			}
+			switch s.state {
+			case settlement.Confirmed:
+				if settled == 0 {
+					bad("%s: confirmed but the bank holds no settled payment for it (%d payment(s))", s.id, len(pays))
+				}
+				for _, m := range ms {
+					if m.kind == "payout" && !hasPayment(pays, m.paymentID, bankclient.StatusSettled) {
+						bad("%s: movement names bank payment %q, which is not a settled payment of it", s.id, m.paymentID)
+					}
+				}
+			case settlement.Failed:
+				if settled > 0 {
+					bad("%s: failed but the bank settled a payment for it", s.id)
+				}
+			case settlement.Returned:
+				if settled > 0 {
+					bad("%s: returned but the bank holds its payment as settled", s.id)
+				}
+			default:
+				if settled > 0 && !s.flagged && e.Recovered {
+					bad("%s: %s after recovery, not flagged, while the bank settled its payment", s.id, s.state)
+				}
+			}
+		}
+		if e.Recovered && !s.state.Terminal() && !s.flagged {
+			bad("%s: still %s after recovery and not flagged needs_investigation", s.id, s.state)
+		}
+	}
+
+	// Transitions: one chain per settlement, every step allowed.
+	last := map[string]settlement.State{}
+	for _, t := range transitions {
+		prev, seen := last[t.id]
+		switch {
+		case !seen && t.from != nil:
+			bad("%s: history starts with %s → %s, not with its creation", t.id, *t.from, t.to)
+		case !seen && t.to != settlement.Pending:
+			bad("%s: created in %s, not pending", t.id, t.to)
+		case seen && t.from == nil:
+			bad("%s: a second creation transition (→ %s)", t.id, t.to)
+		case seen && *t.from != prev:
+			bad("%s: transition %s → %s does not follow the previous state %s", t.id, *t.from, t.to, prev)
+		}
+		if t.from != nil && !statemachine.Allowed(*t.from, t.to) {
+			bad("%s: transition %s → %s is not allowed (%s)", t.id, *t.from, t.to, t.why)
+		}
+		last[t.id] = t.to
+	}
+	for _, s := range settlements {
+		if to, ok := last[s.id]; !ok {
+			bad("%s: no transition history", s.id)
+		} else if to != s.state {
+			bad("%s: state %s but the last transition went to %s", s.id, s.state, to)
+		}
+	}
+
+	for _, l := range lateSends {
+		bad("POST past the key TTL: %s", l)
+	}
+
+	recorded := map[string]int{}
+	for _, c := range conflicts {
+		recorded[c.id] = c.total
+		if c.matching != c.total {
+			bad("%s: %d recorded conflict(s) name a stored hash that is not the receipt's", c.id, c.total-c.matching)
+		}
+	}
+	ids := make([]string, 0, len(e.ConflictsAcked))
+	for id := range e.ConflictsAcked {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if n := e.ConflictsAcked[id]; recorded[id] < n {
+			bad("%s: intake answered 409 %d time(s) but receipt_conflicts holds %d", id, n, recorded[id])
+		}
+	}
+	return v, nil
+}
+
+// differs reports whether a stored value differs from an expected one that
+// is known (not empty).
+func differs(stored, expected string) bool { return expected != "" && stored != expected }
+
+// movementKinds names a settlement's movements: "none", "payout",
+// "payout+reversal", or what else it holds ("payout×2", …).
+func movementKinds(kinds map[string]int) string {
+	if len(kinds) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(kinds))
+	for k, n := range kinds {
+		if n != 1 {
+			k = fmt.Sprintf("%s×%d", k, n)
+		}
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return strings.Join(names, "+")
+}
+
+func collect[T any](ctx context.Context, db Querier, sql string, fn pgx.RowToFunc[T], args ...any) ([]T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("error checking invariants: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, fn)
+	if err != nil {
+		return nil, fmt.Errorf("error checking invariants: %w", err)
+	}
+	return out, nil
+}
+
+func hasPayment(ps []bankclient.Payment, id string, status bankclient.Status) bool {
+	for _, p := range ps {
+		if p.ID == id && p.Status == status {
+			return true
+		}
+	}
+	return false
+}
