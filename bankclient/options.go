@@ -12,6 +12,10 @@ const (
 	EnvCAFile = "SETTLE_BANK_CA_FILE"
 )
 
+// DefaultURL is the bank settle talks to when told nothing else: the
+// bundled fakebank's default address (settle fakebank).
+const DefaultURL = "http://127.0.0.1:8081"
+
 // Defaults of Options.
 const (
 	DefaultTimeout         = 10 * time.Second

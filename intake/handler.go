@@ -3,16 +3,14 @@ package intake
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
+	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/settlement"
 )
 
@@ -30,8 +28,9 @@ type HandlerConfig struct {
 	Service *Service
 	// Logger receives one line per decision (default: slog.Default()).
 	Logger *slog.Logger
-	// APIToken, when set, is required as "Authorization: Bearer <token>"
-	// on /v1/. It is compared in constant time and never logged.
+	// APIToken, when set, is required on /v1/ (as a Bearer token or the
+	// password of Basic credentials; see internal/auth). It is compared in
+	// constant time and never logged.
 	APIToken string
 	// MaxInflight bounds the intake requests (single or batch) served at
 	// once (default DefaultMaxInflight); past it they are answered 429.
@@ -45,13 +44,12 @@ type HandlerConfig struct {
 // POST /v1/settlements, POST /v1/settlements/batch,
 // GET /v1/settlements/{id}, GET /healthz and GET /readyz.
 type Handler struct {
-	svc       *Service
-	log       *slog.Logger
-	tokenHash [32]byte
-	hasToken  bool
-	sem       chan struct{}
-	wait      time.Duration
-	mux       *http.ServeMux
+	svc   *Service
+	log   *slog.Logger
+	token auth.Token
+	sem   chan struct{}
+	wait  time.Duration
+	mux   *http.ServeMux
 }
 
 // NewHandler returns the HTTP API for cfg.
@@ -60,10 +58,7 @@ func NewHandler(cfg HandlerConfig) *Handler {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
-	if cfg.APIToken != "" {
-		h.hasToken = true
-		h.tokenHash = sha256.Sum256([]byte(cfg.APIToken))
-	}
+	h.token = auth.NewToken(cfg.APIToken)
 	n := cfg.MaxInflight
 	if n <= 0 {
 		n = DefaultMaxInflight
@@ -83,14 +78,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 // auth requires the bearer token when one is configured.
 func (h *Handler) auth(next http.Handler) http.Handler {
-	if !h.hasToken {
+	if !h.token.Set() {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		ok := strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], h.tokenHash[:]) == 1
-		if !ok {
+		if _, ok := h.token.Check(r); !ok {
 			h.log.Warn("intake: unauthorized request", "path", r.URL.Path, "remote", r.RemoteAddr)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="settle"`)
 			writeProblem(w, Problem{Type: ProblemUnauthorized, Title: "Missing or bad API token", Status: http.StatusUnauthorized})

@@ -79,8 +79,14 @@ type Outcome struct {
 	SettlementID string
 	// Action is what was done: send, check, or none.
 	Action Action
+	// From is the settlement's state when this call loaded it.
+	From settlement.State
 	// State is the settlement's state afterwards (as far as this call knows).
 	State settlement.State
+	// FlagReason is why the settlement needs investigation afterwards;
+	// empty when it does not (or, after a lost race, when this call cannot
+	// know).
+	FlagReason string
 	// Decision is the last decision applied (zero when none was).
 	Decision Decision
 	// Done is true when no further check is due from the caller: the
@@ -164,15 +170,19 @@ func (r *Resolver) start(ctx context.Context, settlementID string, hook TxHook, 
 	if err != nil {
 		return Outcome{}, err
 	}
+	var out Outcome
 	switch decide(f.Facts) {
 	case ActionSend:
-		return r.send(ctx, f, hook)
+		out, err = r.send(ctx, f, hook)
 	case ActionCheck:
-		return r.check(ctx, f, hook)
+		out, err = r.check(ctx, f, hook)
+	default:
+		r.log().LogAttrs(ctx, slog.LevelDebug, what+": nothing to do",
+			slog.String("settlement_id", settlementID), slog.String("state", string(f.State)))
+		out = Outcome{SettlementID: settlementID, Action: ActionNone, State: f.State, FlagReason: f.FlagReason, Done: true}
 	}
-	r.log().LogAttrs(ctx, slog.LevelDebug, what+": nothing to do",
-		slog.String("settlement_id", settlementID), slog.String("state", string(f.State)))
-	return Outcome{SettlementID: settlementID, Action: ActionNone, State: f.State, Done: true}, nil
+	out.From = f.State
+	return out, err
 }
 
 // load reads what the decisions need. A missing settlement wraps
@@ -345,9 +355,6 @@ func (r *Resolver) check(ctx context.Context, f facts, hook TxHook) (Outcome, er
 // it back, records the answer alone and reports Done.
 func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, hook TxHook) (Outcome, error) {
 	now := r.now()
-	out := Outcome{SettlementID: f.SettlementID, State: d.To, Decision: d, NextCheckAt: d.NextCheckAt}
-	out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend)
-
 	flagReason := f.FlagReason
 	switch {
 	case d.Flag != "":
@@ -355,6 +362,8 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	case d.Definitive || d.To.Terminal():
 		flagReason = ""
 	}
+	out := Outcome{SettlementID: f.SettlementID, State: d.To, FlagReason: flagReason, Decision: d, NextCheckAt: d.NextCheckAt}
+	out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend)
 	var nextCheck *time.Time
 	if !d.NextCheckAt.IsZero() && !d.To.Terminal() {
 		t := d.NextCheckAt.Add(r.lease())
@@ -396,7 +405,7 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 			if errors.As(err, &te) && te.Actual != "" {
 				out.State = te.Actual
 			}
-			out.Done, out.LostRace = true, true
+			out.Done, out.LostRace, out.FlagReason = true, true, ""
 			r.log().LogAttrs(ctx, slog.LevelInfo, "decision dropped: settlement moved by another process",
 				slog.String("settlement_id", f.SettlementID), slog.String("from", string(f.State)),
 				slog.String("to", string(d.To)), slog.String("actual", string(out.State)),
@@ -426,7 +435,7 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		// It stayed in its state in our decision, but not in the database.
 		_ = tx.Rollback(ctx)
 		r.finishAttempt(ctx, att)
-		out.Done, out.LostRace = true, true
+		out.Done, out.LostRace, out.FlagReason = true, true, ""
 		r.log().LogAttrs(ctx, slog.LevelInfo, "decision dropped: settlement moved by another process",
 			slog.String("settlement_id", f.SettlementID), slog.String("state", string(f.State)),
 			slog.String("answer", string(att.answer.Kind)))

@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/demo"
-	"github.com/settle/settle/internal/ops"
 )
 
 const demoDescription = `
@@ -65,7 +65,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	}
 	rep, err := demo.Run(ctx, demo.Options{
 		Events: *events, Faults: *faults, Seed: *seed, Timeout: *timeout, Keep: *keep,
-		Executable: exe, Out: s.Out, Err: s.Err, Progress: ops.IsTerminal(s.Err),
+		Executable: exe, Out: s.Out, Err: s.Err, Progress: cli.IsTerminal(s.Err),
 	})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle demo: %v\n", err)

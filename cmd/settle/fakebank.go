@@ -58,7 +58,7 @@ Admin API:
 // cmdFakebank runs the bank simulator until ctx is cancelled.
 func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("fakebank", "[flags]", fakebankDescription, s)
-	listen := fs.String("listen", "127.0.0.1:8081", "address to listen on (port 0 picks a free port)")
+	listen := fs.String("listen", strings.TrimPrefix(bankclient.DefaultURL, "http://"), "address to listen on (port 0 picks a free port)")
 	seed := fs.Int64("seed", 1, "seed of the random source behind every fault decision; the same seed and the same order of requests give the same decisions")
 	state := fs.String("state", "", "file keeping the bank's books across restarts, written atomically before each answer (default: memory only)")
 	faultsJSON := fs.String("faults", "", `initial fault profile as the JSON of PUT /admin/faults, e.g. '{"reject_rate":0.05}'`)

@@ -13,13 +13,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/database"
-	"github.com/settle/settle/internal/ops"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
@@ -142,7 +140,7 @@ type bankFlags struct {
 }
 
 func (b *bankFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&b.url, "bank-url", "http://127.0.0.1:8081", "base URL of the bank (env SETTLE_BANK_URL)")
+	fs.StringVar(&b.url, "bank-url", bankclient.DefaultURL, "base URL of the bank (env SETTLE_BANK_URL)")
 	fs.DurationVar(&b.timeout, "bank-timeout", bankclient.DefaultTimeout, "timeout of one HTTP attempt to the bank")
 }
 
@@ -275,11 +273,10 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 	var n int
 	var err error
 	if *asJSON {
-		fmt.Fprintf(out, "{\n  \"state\": %q,\n  \"older_than_seconds\": %g,\n  \"settlements\": [", st, olderThan.Seconds())
-		arr := jsonArray{w: out}
-		n, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error { return arr.add(r) })
+		jl := reconcile.NewJSONList(out, "settlements", "state", st, "older_than_seconds", olderThan.Seconds())
+		_, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error { return jl.Add(r) })
 		if err == nil {
-			fmt.Fprintf(out, "\n  ],\n  \"count\": %d\n}\n", n)
+			err = jl.Close()
 		}
 	} else {
 		tb := newBlockTable(out, "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tBANK\tINVESTIGATION")
@@ -429,11 +426,10 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 	var n int
 	var err error
 	if *asJSON {
-		fmt.Fprint(out, "{\n  \"conflicts\": [")
-		arr := jsonArray{w: out}
-		n, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error { return arr.add(cf) })
+		jl := reconcile.NewJSONList(out, "conflicts")
+		_, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error { return jl.Add(cf) })
 		if err == nil {
-			fmt.Fprintf(out, "\n  ],\n  \"count\": %d\n}\n", n)
+			err = jl.Close()
 		}
 	} else {
 		tb := newBlockTable(out, "DETECTED\tSETTLEMENT\tEVENT\tDIFFERS (stored → incoming)\tINCOMING HASH")
@@ -468,18 +464,6 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 }
 
 // ---- resolve ----
-
-// resolveResult is one line of `settle reconcile resolve`.
-type resolveResult struct {
-	SettlementID        string `json:"settlement_id"`
-	From                string `json:"from,omitempty"`
-	To                  string `json:"to,omitempty"`
-	Action              string `json:"action,omitempty"`
-	Reason              string `json:"reason,omitempty"`
-	NeedsInvestigation  bool   `json:"needs_investigation"`
-	InvestigationReason string `json:"investigation_reason,omitempty"`
-	Error               string `json:"error,omitempty"`
-}
 
 func (c *reconcileCmd) resolve(ctx context.Context, args []string) int {
 	fs := newFlagSet("reconcile resolve", "ID|--all [flags]", `
@@ -519,55 +503,21 @@ afterwards or does not exist, 2 when the bank or the database is unreachable.`, 
 	}
 	r := &reconcile.Resolver{DB: pool, Bank: bank, Now: c.now, KeyTTL: *keyTTL}
 
-	var results []resolveResult
+	results := []reconcile.ResolveResult{}
 	code = exitOK
-	one := func(id string) error {
-		res := resolveResult{SettlementID: id}
-		out, err := r.Resolve(ctx, id, nil)
-		switch {
-		case errors.Is(err, settlement.ErrNotFound):
-			res.Error = "no such settlement"
-			code = max(code, exitFindings)
-		case err != nil:
-			res.Error = err.Error()
-			results = append(results, res)
-			return err
-		default:
-			res.Action, res.Reason, res.To = string(out.Action), out.Decision.Reason, string(out.State)
-			var reason *string
-			if err := pool.QueryRow(ctx, `SELECT state, needs_investigation, investigation_reason FROM settlements WHERE settlement_id = $1`, id).
-				Scan(&res.To, &res.NeedsInvestigation, &reason); err != nil {
-				results = append(results, res)
-				return fmt.Errorf("error reading settlement %s: %w", id, err)
-			}
-			if reason != nil {
-				res.InvestigationReason = *reason
-			}
-			if res.NeedsInvestigation {
-				code = max(code, exitFindings)
-			}
-		}
+	add := func(res reconcile.ResolveResult) error {
 		results = append(results, res)
+		if res.NeedsInvestigation || res.Error != "" {
+			code = max(code, exitFindings)
+		}
 		return nil
 	}
 	if *all {
-		err = forEachOpen(ctx, pool, func(id, state string) error {
-			if err := one(id); err != nil {
-				return err
-			}
-			results[len(results)-1].From = state
-			return nil
-		})
+		err = r.ResolveOpen(ctx, pool, add)
 	} else {
-		var from string
-		_ = pool.QueryRow(ctx, "SELECT state FROM settlements WHERE settlement_id = $1", pos[0]).Scan(&from)
-		err = one(pos[0])
-		if len(results) > 0 {
-			results[0].From = from
-		}
-	}
-	if results == nil {
-		results = []resolveResult{}
+		var res reconcile.ResolveResult
+		res, err = r.ResolveOne(ctx, pos[0])
+		_ = add(res)
 	}
 	if *asJSON {
 		_ = writeJSON(c.s.Out, map[string]any{"resolved": results, "count": len(results)})
@@ -591,38 +541,6 @@ afterwards or does not exist, 2 when the bank or the database is unreachable.`, 
 		return c.fail(" resolve", err)
 	}
 	return code
-}
-
-// forEachOpen calls fn for every settlement that is not terminal, in id
-// order, reading them in short pages so no transaction stays open while
-// the bank is asked.
-func forEachOpen(ctx context.Context, pool *pgxpool.Pool, fn func(id, state string) error) error {
-	after := ""
-	for {
-		rows, err := pool.Query(ctx, `SELECT settlement_id, state FROM settlements
-			WHERE state IN ('pending', 'sent', 'uncertain') AND settlement_id > $1
-			ORDER BY settlement_id LIMIT 200`, after)
-		if err != nil {
-			return fmt.Errorf("error listing open settlements: %w", err)
-		}
-		type open struct{ id, state string }
-		page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (open, error) {
-			var o open
-			return o, r.Scan(&o.id, &o.state)
-		})
-		if err != nil {
-			return fmt.Errorf("error listing open settlements: %w", err)
-		}
-		for _, o := range page {
-			if err := fn(o.id, o.state); err != nil {
-				return err
-			}
-		}
-		if len(page) < 200 {
-			return nil
-		}
-		after = page[len(page)-1].id
-	}
 }
 
 // ---- bank ----
@@ -669,49 +587,34 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable.`, c.s)
 	defer out.Flush()
 	var sink interface {
 		reconcile.BankSink
-		finish() error
+		Finish() error
 	}
 	if *asJSON {
-		sink = &bankJSON{w: out}
+		sink = reconcile.NewBankJSON(out)
 	} else {
 		sink = &bankTable{w: out, limit: *limit}
 	}
 	rep := &reconcile.BankReporter{DB: pool, Bank: bank, PageSize: *pageSize}
 	// A spinner with a count on a terminal, one per phase (the totals are
 	// not known in advance); nothing when stderr is a file or a pipe.
-	var bar *progressbar.ProgressBar
-	if ops.IsTerminal(c.s.Err) {
-		describe := map[string]string{"statement": "reading the bank statement", "recheck": "rechecking by key"}
-		phase := ""
-		rep.Progress = func(p reconcile.BankProgress) {
-			if p.Phase != phase {
-				if bar != nil {
-					_ = bar.Clear()
-				}
-				phase, bar = p.Phase, nil
-				if phase == "report" {
-					return // the report itself is streaming to stdout now
-				}
-				bar = progressbar.NewOptions64(-1,
-					progressbar.OptionSetWriter(c.s.Err),
-					progressbar.OptionSetDescription(describe[phase]),
-					progressbar.OptionShowCount(),
-					progressbar.OptionSpinnerType(14),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionUseANSICodes(true),
-				)
+	var bar *cli.Bar
+	describe := map[string]string{"statement": "reading the bank statement", "recheck": "rechecking by key"}
+	phase := ""
+	rep.Progress = func(p reconcile.BankProgress) {
+		if p.Phase != phase {
+			bar.Finish()
+			phase, bar = p.Phase, nil
+			if phase == "report" {
+				return // the report itself is streaming to stdout now
 			}
-			if bar != nil {
-				_ = bar.Set64(p.Done)
-			}
+			bar = cli.NewBar(c.s.Err, -1, describe[phase])
 		}
+		bar.Set(p.Done)
 	}
 	counts, err := rep.Run(ctx, sink)
-	if bar != nil {
-		_ = bar.Clear() // a spinner of unknown length never "finishes": clear it
-	}
+	bar.Finish()
 	if err == nil {
-		err = sink.finish()
+		err = sink.Finish()
 	}
 	if err == nil {
 		err = out.Flush()
@@ -724,94 +627,6 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable.`, c.s)
 		return exitFindings
 	}
 	return exitOK
-}
-
-// bankJSON streams the report as the JSON of the contract: the counts
-// first, then each list in turn; every list is present, [] when empty.
-type bankJSON struct {
-	w   *bufio.Writer
-	cur int // index in BreakClasses of the open list; -1 before the first
-	n   int // items written in the open list
-}
-
-func (j *bankJSON) Counts(c reconcile.BankCounts) error {
-	j.cur = -1
-	head := map[string]any{
-		"matched":             c.ByClass[reconcile.ClassMatched],
-		"failed_agreed":       c.ByClass[reconcile.ClassFailedAgreed],
-		"bank_failed_unknown": c.ByClass[reconcile.ClassBankFailedUnknown],
-		"discrepancies":       c.Discrepancies(),
-		"settlements":         c.Settlements,
-		"bank_payments":       c.BankPayments,
-		"rechecked":           c.Rechecked,
-		"as_of":               c.AsOf,
-	}
-	b, err := json.Marshal(head)
-	if err != nil {
-		return err
-	}
-	// {"as_of":…,…,"settlements":n, then the lists follow.
-	_, err = j.w.Write(b[:len(b)-1])
-	return err
-}
-
-func (j *bankJSON) openUpTo(i int) {
-	for j.cur < i {
-		if j.cur >= 0 {
-			fmt.Fprint(j.w, "]")
-		}
-		j.cur++
-		fmt.Fprintf(j.w, ",%q:[", reconcile.BreakClasses[j.cur])
-		j.n = 0
-	}
-}
-
-func (j *bankJSON) Break(b reconcile.Break) error {
-	i := classIndex(b.Class)
-	if i < j.cur {
-		return fmt.Errorf("error writing the report: %s arrived after %s", b.Class, reconcile.BreakClasses[j.cur])
-	}
-	j.openUpTo(i)
-	if j.n > 0 {
-		fmt.Fprint(j.w, ",")
-	}
-	j.n++
-	bs, err := json.Marshal(b)
-	if err != nil {
-		return err
-	}
-	_, err = j.w.Write(bs)
-	return err
-}
-
-func (j *bankJSON) finish() error {
-	j.openUpTo(len(reconcile.BreakClasses) - 1)
-	_, err := fmt.Fprint(j.w, "]}\n")
-	return err
-}
-
-// jsonArray streams the items of a JSON array, one per line, into an object
-// whose head the caller has written.
-type jsonArray struct {
-	w io.Writer
-	n int
-}
-
-func (a *jsonArray) add(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	sep := ",\n    "
-	if a.n == 0 {
-		sep = "\n    "
-	}
-	a.n++
-	if _, err := io.WriteString(a.w, sep); err != nil {
-		return err
-	}
-	_, err = a.w.Write(b)
-	return err
 }
 
 // blockTable is an aligned table whose columns align within blocks of 500
@@ -836,15 +651,6 @@ func (t *blockTable) row(format string, args ...any) error {
 }
 
 func (t *blockTable) flush() error { return t.tw.Flush() }
-
-func classIndex(c reconcile.Class) int {
-	for i, x := range reconcile.BreakClasses {
-		if x == c {
-			return i
-		}
-	}
-	return len(reconcile.BreakClasses)
-}
 
 // bankTable prints the counts and then, per class, up to limit rows in an
 // aligned table.
@@ -923,7 +729,7 @@ func (t *bankTable) Break(b reconcile.Break) error {
 	return nil
 }
 
-func (t *bankTable) finish() error {
+func (t *bankTable) Finish() error {
 	t.endClass()
 	if d := t.counts.Discrepancies(); d > 0 {
 		fmt.Fprintf(t.w, "\n%d discrepancies\n", d)

@@ -8,10 +8,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
-	"github.com/settle/settle/internal/ops"
+	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/submit"
+	"github.com/settle/settle/internal/worker"
 )
 
 const submitDescription = `
@@ -40,7 +39,7 @@ unreadable input, token refused, API unreachable).
 // cmdSubmit runs `settle submit`.
 func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("submit", "[flags] [FILE|-]", submitDescription, s)
-	url := fs.String("url", "http://127.0.0.1:8080", "base URL of the settle API")
+	url := fs.String("url", "http://"+worker.DefaultListen, "base URL of the settle API")
 	token := fs.String("api-token", "", "API token, sent as Authorization: Bearer (never printed)")
 	concurrency := fs.Int("concurrency", 8, "requests in flight")
 	batch := fs.Int("batch", 0, "post up to this many events per request to /v1/settlements/batch (at most 1000; 0: one event per request); every line still gets its own outcome")
@@ -61,23 +60,11 @@ func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	defer in.Close()
 
 	opts := submit.Options{URL: *url, Token: *token, Concurrency: *concurrency, Batch: *batch, RetryFor: *retryFor}
-	var bar *progressbar.ProgressBar
-	if ops.IsTerminal(s.Err) {
-		bar = progressbar.NewOptions(total,
-			progressbar.OptionSetWriter(s.Err),
-			progressbar.OptionSetDescription("submitting "+name),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("events"),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-		)
-		opts.OnResult = func(submit.Result) { _ = bar.Add(1) }
+	if bar := cli.NewBar(s.Err, int64(total), "submitting "+name); bar != nil {
+		opts.OnResult = func(submit.Result) { bar.Add(1) }
+		defer bar.Finish()
 	}
 	sum, err := submit.Run(ctx, in, opts)
-	if bar != nil {
-		_ = bar.Finish()
-	}
 	if *asJSON {
 		enc := json.NewEncoder(s.Out)
 		enc.SetIndent("", "  ")

@@ -29,9 +29,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/submit"
@@ -163,7 +163,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 
 	// Submit: first deliveries, then the redeliveries and conflicts.
 	bar := o.bar(rep.Events, "submitting")
-	sopts := submit.Options{URL: worker.URL(), Token: token, Concurrency: 16, OnResult: func(submit.Result) { bar.add(1) }}
+	sopts := submit.Options{URL: worker.URL(), Token: token, Concurrency: 16, OnResult: func(submit.Result) { bar.Add(1) }}
 	first, err := submit.Run(ctx, bytes.NewReader(NDJSON(stream.First)), sopts)
 	if err != nil {
 		return rep, fmt.Errorf("error submitting the events: %w", err)
@@ -172,7 +172,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if err != nil {
 		return rep, fmt.Errorf("error submitting the redeliveries: %w", err)
 	}
-	bar.finish()
+	bar.Finish()
 	rep.Submit = merge(first, again)
 	say("submitted %d events through the API: %d created, %d replayed, %d conflict, %d invalid, %d without an answer (%d retries)",
 		rep.Submit.Lines, rep.Submit.Created, rep.Submit.Replayed, rep.Submit.Conflict, rep.Submit.Invalid, rep.Submit.Errors, rep.Submit.Retries)
@@ -220,7 +220,7 @@ var errTimeout = errors.New("not every settlement became terminal in time")
 // or failed, drawing a progress bar.
 func (o Options) waitTerminal(ctx context.Context, pool *pgxpool.Pool, want int) error {
 	bar := o.bar(want, "settling")
-	defer bar.finish()
+	defer bar.Finish()
 	deadline := time.NewTimer(o.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -233,7 +233,7 @@ func (o Options) waitTerminal(ctx context.Context, pool *pgxpool.Pool, want int)
 		}
 		terminal := by["confirmed"] + by["failed"]
 		if terminal != last {
-			bar.set(int(terminal))
+			bar.Set(terminal)
 			last = terminal
 		}
 		if int(terminal) >= want && by["pending"]+by["sent"]+by["uncertain"] == 0 {
@@ -423,38 +423,12 @@ func randomToken() string {
 	return "demo-" + hex.EncodeToString(b)
 }
 
-// bar is a progress bar on a terminal, or nothing.
-type bar struct{ pb *progressbar.ProgressBar }
-
-func (o Options) bar(total int, what string) bar {
+// bar is a progress bar on a terminal, or nothing (nil).
+func (o Options) bar(total int, what string) *cli.Bar {
 	if !o.Progress {
-		return bar{}
+		return nil
 	}
-	return bar{progressbar.NewOptions(total,
-		progressbar.OptionSetWriter(o.Err),
-		progressbar.OptionSetDescription(fmt.Sprintf("%-10s", what)),
-		progressbar.OptionShowCount(),
-		progressbar.OptionThrottle(80*time.Millisecond),
-		progressbar.OptionClearOnFinish(),
-	)}
-}
-
-func (b bar) add(n int) {
-	if b.pb != nil {
-		_ = b.pb.Add(n)
-	}
-}
-
-func (b bar) set(n int) {
-	if b.pb != nil {
-		_ = b.pb.Set(n)
-	}
-}
-
-func (b bar) finish() {
-	if b.pb != nil {
-		_ = b.pb.Finish()
-	}
+	return cli.NewBar(o.Err, int64(total), fmt.Sprintf("%-10s", what))
 }
 
 // plural returns "1 event" or "n events".

@@ -1,12 +1,12 @@
-package ops
+// Package cli is what settle's commands share at the terminal: the slog
+// setup behind --log-format, terminal detection, and the one progress bar.
+// It holds no business logic.
+package cli
 
 import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-
-	"golang.org/x/term"
 )
 
 // Log formats accepted by --log-format.
@@ -34,10 +34,4 @@ func NewLogger(w io.Writer, format string, level slog.Leveler) (*slog.Logger, er
 	default:
 		return nil, fmt.Errorf("unknown log format %q (want text, json or auto)", format)
 	}
-}
-
-// IsTerminal reports whether w is an *os.File connected to a terminal.
-func IsTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -1,4 +1,4 @@
-package ops
+package metrics
 
 import (
 	"net/http"
@@ -6,30 +6,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/settle/settle/internal/metrics"
 )
 
 // NewRegistry returns a Prometheus registry holding the Go runtime and
 // process collectors and, when db is not nil, the settlement state gauges
 // (settle_settlements{state}, settle_needs_investigation) read from db.
-// Pass it to metrics.New for settle's own collectors and to MetricsHandler.
-func NewRegistry(db metrics.Querier) *prometheus.Registry {
+// Pass it to New for settle's own collectors and to Handler.
+func NewRegistry(db Querier) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if db != nil {
-		reg.MustRegister(metrics.NewStateCollector(db, metrics.StateCollectorOpts{}))
+		reg.MustRegister(NewStateCollector(db, StateCollectorOpts{}))
 	}
 	return reg
 }
 
-// MetricsHandler serves the metrics of reg in the Prometheus exposition
+// Handler serves the metrics of reg in the Prometheus exposition
 // format. A collector that fails is reported in the scrape, not as a 500,
 // so one bad gauge never hides the others.
-func MetricsHandler(reg *prometheus.Registry) http.Handler {
+func Handler(reg *prometheus.Registry) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorHandling:     promhttp.ContinueOnError,
 		Registry:          reg,

@@ -1,4 +1,4 @@
-package ops
+package worker
 
 import (
 	"context"
@@ -14,15 +14,11 @@ import (
 // RiverUIPrefix is the path under which the worker serves the River UI.
 const RiverUIPrefix = "/riverui/"
 
-// RiverUI returns the River UI (jobs, queues, retries of settle's River
-// client) as a handler to mount at RiverUIPrefix on a ServeMux, guarded by
-// token when it is not empty (see RequireToken). It starts the UI's
+// riverUI returns the River UI (jobs, queues, retries of settle's River
+// client) as a handler to mount at RiverUIPrefix. It starts the UI's
 // background services, which stop when ctx ends. The client need not be
 // started; the UI only reads and administers River's tables.
-func RiverUI(ctx context.Context, client *river.Client[pgx.Tx], token string, logger *slog.Logger) (http.Handler, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+func riverUI(ctx context.Context, client *river.Client[pgx.Tx], logger *slog.Logger) (http.Handler, error) {
 	h, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(client, nil),
 		Logger:    logger.With("component", "riverui"),
@@ -34,5 +30,5 @@ func RiverUI(ctx context.Context, client *river.Client[pgx.Tx], token string, lo
 	if err := h.Start(ctx); err != nil {
 		return nil, fmt.Errorf("error starting the River UI: %w", err)
 	}
-	return RequireToken(token, h), nil
+	return h, nil
 }

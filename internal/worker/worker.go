@@ -1,0 +1,341 @@
+// Package worker assembles settle's worker process: the HTTP API of
+// DESIGN.md section 6 (intake, settlement lookup, /metrics, /healthz,
+// /readyz, the River UI under /riverui/) and the River client running every
+// settle job (send, reconcile, sweep, retention) against one bank.
+//
+// It has the shape of Ben Johnson's wtf Main: a Config, New to build it
+// all, Run to serve until the context ends and then stop gracefully, and
+// Close to release what New took when Run never ran. `settle worker` parses
+// flags into a Config and hands off; tests boot the same assembly in
+// process. It never opens or migrates the database (its caller does) and
+// never logs the API token or a bank credential.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/auth"
+	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/jobs"
+	"github.com/settle/settle/reconcile"
+)
+
+// DefaultListen is the default address of the worker's HTTP API.
+const DefaultListen = "127.0.0.1:8080"
+
+// Config is everything the worker is told. DefaultConfig holds the
+// defaults; zero durations and counts are errors, not defaults, so that a
+// flag set to 0 by mistake is refused rather than silently replaced.
+type Config struct {
+	// Pool is the database, opened and migrated by the caller. The worker
+	// does not close it.
+	Pool *pgxpool.Pool
+	// Listen is the address of the HTTP API (port 0 picks a free port).
+	Listen string
+	// BankURL is the base URL of the bank; Bank holds its credentials and
+	// transport settings (bankclient.OptionsFromEnv), Timeout and Retry are
+	// set from BankTimeout and BankAttempts.
+	BankURL string
+	Bank    bankclient.Options
+
+	ReplayHorizon   time.Duration
+	BankKeyTTL      time.Duration
+	PendingGrace    time.Duration
+	APIToken        string
+	MaxInflight     int
+	ShutdownTimeout time.Duration
+
+	BankTimeout       time.Duration
+	BankAttempts      int
+	BankConcurrency   int
+	JobTimeout        time.Duration
+	RescueAfter       time.Duration // 0: JobTimeout + 10s
+	Lease             time.Duration // 0: JobTimeout + 30s
+	SweepInterval     time.Duration
+	RetentionInterval time.Duration
+	CheckInterval     time.Duration
+	MaxCheckInterval  time.Duration
+	FetchPollInterval time.Duration
+
+	// Logger receives the worker's structured logs (default: discarded).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults of every setting, the ones
+// `settle worker --help` shows.
+func DefaultConfig() Config {
+	return Config{
+		Listen:            DefaultListen,
+		BankURL:           bankclient.DefaultURL,
+		ReplayHorizon:     intake.DefaultReplayHorizon,
+		BankKeyTTL:        reconcile.DefaultKeyTTL,
+		PendingGrace:      intake.DefaultPendingGrace,
+		MaxInflight:       intake.DefaultMaxInflight,
+		ShutdownTimeout:   15 * time.Second,
+		BankTimeout:       bankclient.DefaultTimeout,
+		BankAttempts:      bankclient.DefaultRetryPolicy.MaxAttempts,
+		BankConcurrency:   jobs.DefaultBankConcurrency,
+		JobTimeout:        jobs.DefaultJobTimeout,
+		SweepInterval:     jobs.DefaultSweepInterval,
+		RetentionInterval: jobs.DefaultRetentionInterval,
+		CheckInterval:     reconcile.DefaultCheckInterval,
+		MaxCheckInterval:  reconcile.DefaultMaxCheckInterval,
+		FetchPollInterval: jobs.DefaultFetchPollInterval,
+	}
+}
+
+// Validate reports the first setting that could not work, naming its
+// flag. It does not look at Pool, which New requires.
+func (c Config) Validate() error {
+	if u, err := url.Parse(c.BankURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("invalid --bank-url %q: want http(s)://host[:port]", c.BankURL)
+	}
+	switch {
+	case c.ReplayHorizon <= 0:
+		return errors.New("--replay-horizon must be positive")
+	case c.BankKeyTTL <= 0:
+		return errors.New("--bank-key-ttl must be positive")
+	case c.PendingGrace <= 0:
+		return errors.New("--pending-grace must be positive")
+	case c.MaxInflight <= 0:
+		return errors.New("--max-inflight must be positive")
+	case c.BankAttempts < 1:
+		return errors.New("--bank-attempts must be at least 1")
+	case c.BankTimeout <= 0 || c.JobTimeout <= 0 || c.SweepInterval <= 0 || c.RetentionInterval <= 0 ||
+		c.CheckInterval <= 0 || c.MaxCheckInterval <= 0 || c.FetchPollInterval <= 0 || c.ShutdownTimeout <= 0:
+		return errors.New("--bank-timeout, --job-timeout, --sweep-interval, --retention-interval, --check-interval, --max-check-interval, --fetch-poll-interval and --shutdown-timeout must be positive")
+	case c.BankConcurrency <= 0:
+		return errors.New("--bank-concurrency must be positive")
+	case c.RescueAfter < 0 || c.Lease < 0:
+		return errors.New("--rescue-after and --lease must not be negative")
+	}
+	return nil
+}
+
+// Worker is an assembled worker: its River client, its HTTP API and the
+// listener it will serve on.
+type Worker struct {
+	cfg     Config
+	logger  *slog.Logger
+	river   *river.Client[pgx.Tx]
+	handler http.Handler
+	srv     *http.Server
+	ln      net.Listener
+	// stopUI ends the River UI's background services.
+	stopUI context.CancelFunc
+}
+
+// New builds the worker from cfg and starts listening on cfg.Listen (so
+// Addr is known at once); nothing is served and no job runs until Run.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("worker: Config.Pool is required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	w := &Worker{cfg: cfg, logger: cfg.Logger}
+	reg := metrics.NewRegistry(cfg.Pool)
+	m := metrics.New(reg)
+
+	riverConfig, err := w.riverConfig(m)
+	if err != nil {
+		return nil, err
+	}
+	if w.river, err = river.NewClient(riverpgxv5.New(cfg.Pool), riverConfig); err != nil {
+		return nil, fmt.Errorf("error creating the River client: %w", err)
+	}
+	var uiCtx context.Context
+	uiCtx, w.stopUI = context.WithCancel(context.Background())
+	if w.handler, err = w.apiHandler(uiCtx, m, reg); err != nil {
+		w.stopUI()
+		return nil, err
+	}
+	w.srv = newHTTPServer(w.handler, cfg.Logger)
+	if w.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		w.stopUI()
+		return nil, fmt.Errorf("error listening on %s: %w", cfg.Listen, err)
+	}
+	return w, nil
+}
+
+// Addr is the address the API listens on (useful with port 0).
+func (w *Worker) Addr() string { return w.ln.Addr().String() }
+
+// Handler is the worker's whole HTTP API, for tests that serve it
+// themselves.
+func (w *Worker) Handler() http.Handler { return w.handler }
+
+// River is the worker's River client.
+func (w *Worker) River() *river.Client[pgx.Tx] { return w.river }
+
+// Run starts River and serves the API until ctx ends or the server fails,
+// then stops gracefully: it stops accepting and fetching, lets requests and
+// jobs in flight finish within ShutdownTimeout (jobs still running after
+// two thirds of it are cancelled and retried later) and returns. ready, if
+// not nil, is called once the API accepts connections.
+func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
+	defer w.stopUI()
+	if err := w.river.Start(ctx); err != nil {
+		w.ln.Close()
+		return fmt.Errorf("error starting River: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- w.srv.Serve(w.ln) }()
+	w.logger.Info("worker started", "listen", w.Addr(), "bank_url", w.cfg.BankURL, "replay_horizon", w.cfg.ReplayHorizon,
+		"bank_key_ttl", w.cfg.BankKeyTTL, "max_inflight", w.cfg.MaxInflight, "api_token_set", w.cfg.APIToken != "")
+	if ready != nil {
+		ready(w.Addr())
+	}
+
+	var errs []error
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		errs = append(errs, fmt.Errorf("HTTP server stopped: %w", err))
+	}
+	w.logger.Info("worker stopping")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := w.srv.Shutdown(shutdownCtx); err != nil {
+		errs = append(errs, fmt.Errorf("error shutting down the HTTP server: %w", err))
+	}
+	if err := w.river.Stop(shutdownCtx); err != nil {
+		errs = append(errs, fmt.Errorf("error stopping River: %w", err))
+	}
+	w.logger.Info("worker stopped")
+	return errors.Join(errs...)
+}
+
+// Close releases what New took (the listener, the River UI's services) when
+// Run was never called. It is safe to call after Run.
+func (w *Worker) Close() error {
+	w.stopUI()
+	if err := w.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// riverConfig is the configuration of the worker's River client: every
+// settle job with its queues and periodic jobs, talking to the bank.
+func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
+	c := w.cfg
+	bopts := c.Bank
+	bopts.Timeout = c.BankTimeout
+	bopts.Retry = bankclient.DefaultRetryPolicy
+	bopts.Retry.MaxAttempts = c.BankAttempts
+	bopts.Logger = c.Logger.With("component", "bankclient")
+	bopts.Observe = m.ObserveBank
+	bank, err := bankclient.New(c.BankURL, bopts)
+	if err != nil {
+		return nil, err
+	}
+	lease := c.Lease
+	if lease == 0 {
+		lease = c.JobTimeout + 30*time.Second
+	}
+	deps := jobs.Deps{
+		Pool: c.Pool,
+		Resolver: &reconcile.Resolver{
+			DB:               c.Pool,
+			Bank:             bank,
+			Now:              c.Now,
+			KeyTTL:           c.BankKeyTTL,
+			CheckInterval:    c.CheckInterval,
+			MaxCheckInterval: c.MaxCheckInterval,
+			Lease:            lease,
+			Metrics:          m,
+			Logger:           c.Logger,
+		},
+		Now:               c.Now,
+		Logger:            c.Logger,
+		BankConcurrency:   c.BankConcurrency,
+		SweepInterval:     c.SweepInterval,
+		RetentionInterval: c.RetentionInterval,
+		ReplayHorizon:     c.ReplayHorizon,
+		JobTimeout:        c.JobTimeout,
+		RescueAfter:       c.RescueAfter,
+		FetchPollInterval: c.FetchPollInterval,
+		// Jobs still running after two thirds of the shutdown budget are
+		// cancelled (their bank answer, if any, is still recorded) and
+		// retried by another worker or after the restart.
+		SoftStopTimeout: c.ShutdownTimeout * 2 / 3,
+	}
+	if err := deps.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := jobs.NewRiverConfig(deps)
+	cfg.Logger = c.Logger.With("component", "river")
+	return cfg, nil
+}
+
+// apiHandler builds every route of the API: intake's (/v1/, /healthz,
+// /readyz), /metrics and the River UI. Routes other than /healthz and
+// /readyz require the API token when one is set.
+func (w *Worker) apiHandler(ctx context.Context, m *metrics.Metrics, reg *prometheus.Registry) (http.Handler, error) {
+	c := w.cfg
+	svc, err := intake.NewService(intake.Config{
+		DB:            c.Pool,
+		Jobs:          jobs.Inserter{Client: w.river},
+		Metrics:       m,
+		Now:           c.Now,
+		ReplayHorizon: c.ReplayHorizon,
+		PendingGrace:  c.PendingGrace,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ui, err := riverUI(ctx, w.river, c.Logger)
+	if err != nil {
+		return nil, err
+	}
+	token := auth.NewToken(c.APIToken)
+	mux := http.NewServeMux()
+	mux.Handle("/", intake.NewHandler(intake.HandlerConfig{
+		Service:     svc,
+		Logger:      c.Logger,
+		APIToken:    c.APIToken,
+		MaxInflight: c.MaxInflight,
+	}))
+	mux.Handle("GET /metrics", token.Require(metrics.Handler(reg)))
+	mux.Handle(RiverUIPrefix, token.Require(ui))
+	return mux, nil
+}
+
+// newHTTPServer returns the worker's HTTP server with every timeout set, so
+// a slow or stalled client cannot hold a connection or a goroutine forever.
+func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}

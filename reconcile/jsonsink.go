@@ -1,0 +1,150 @@
+package reconcile
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// BankJSON is a BankSink that streams the report as the JSON of
+// `settle reconcile bank --json` (DESIGN.md section 8): the counts first,
+// then each list of BreakClasses in turn, every list present ([] when
+// empty). Memory stays flat however long the lists are. Call Finish after
+// BankReporter.Run returns without error.
+type BankJSON struct {
+	w   io.Writer
+	cur int // index in BreakClasses of the open list; -1 before the first
+	n   int // items written in the open list
+	err error
+}
+
+// NewBankJSON returns a BankJSON writing to w.
+func NewBankJSON(w io.Writer) *BankJSON { return &BankJSON{w: w, cur: -1} }
+
+func (j *BankJSON) write(b []byte) {
+	if j.err == nil {
+		_, j.err = j.w.Write(b)
+	}
+}
+
+// Counts implements BankSink.
+func (j *BankJSON) Counts(c BankCounts) error {
+	j.cur = -1
+	head := map[string]any{
+		"matched":             c.ByClass[ClassMatched],
+		"failed_agreed":       c.ByClass[ClassFailedAgreed],
+		"bank_failed_unknown": c.ByClass[ClassBankFailedUnknown],
+		"discrepancies":       c.Discrepancies(),
+		"settlements":         c.Settlements,
+		"bank_payments":       c.BankPayments,
+		"rechecked":           c.Rechecked,
+		"as_of":               c.AsOf,
+	}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return err
+	}
+	// {"as_of":…,…,"settlements":n — the lists follow.
+	j.write(b[:len(b)-1])
+	return j.err
+}
+
+func (j *BankJSON) openUpTo(i int) {
+	for j.cur < i {
+		if j.cur >= 0 {
+			j.write([]byte("]"))
+		}
+		j.cur++
+		j.write(fmt.Appendf(nil, ",%q:[", BreakClasses[j.cur]))
+		j.n = 0
+	}
+}
+
+// Break implements BankSink.
+func (j *BankJSON) Break(b Break) error {
+	i := classIndex(b.Class)
+	if i < j.cur {
+		return fmt.Errorf("error writing the report: %s arrived after %s", b.Class, BreakClasses[j.cur])
+	}
+	j.openUpTo(i)
+	if j.n > 0 {
+		j.write([]byte(","))
+	}
+	j.n++
+	bs, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	j.write(bs)
+	return j.err
+}
+
+// Finish closes the lists and the object.
+func (j *BankJSON) Finish() error {
+	j.openUpTo(len(BreakClasses) - 1)
+	j.write([]byte("]}\n"))
+	return j.err
+}
+
+// classIndex is the position of c in BreakClasses (len when absent).
+func classIndex(c Class) int {
+	for i, x := range BreakClasses {
+		if x == c {
+			return i
+		}
+	}
+	return len(BreakClasses)
+}
+
+// JSONList streams a JSON object that holds one list, however long, one
+// item per line: the head fields, the list, then "count". It is the --json
+// of `settle reconcile list` and `conflicts`.
+type JSONList struct {
+	w   io.Writer
+	n   int
+	err error
+}
+
+// NewJSONList starts the object on w with the head fields (name, value
+// pairs, in order) and opens the list called list.
+func NewJSONList(w io.Writer, list string, head ...any) *JSONList {
+	l := &JSONList{w: w}
+	l.printf("{")
+	for i := 0; i+1 < len(head); i += 2 {
+		name, _ := head[i].(string)
+		v, err := json.Marshal(head[i+1])
+		if err != nil && l.err == nil {
+			l.err = err
+		}
+		l.printf("\n  %q: %s,", name, v)
+	}
+	l.printf("\n  %q: [", list)
+	return l
+}
+
+func (l *JSONList) printf(format string, args ...any) {
+	if l.err == nil {
+		_, l.err = fmt.Fprintf(l.w, format, args...)
+	}
+}
+
+// Add appends v to the list.
+func (l *JSONList) Add(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	sep := ","
+	if l.n == 0 {
+		sep = ""
+	}
+	l.n++
+	l.printf("%s\n    %s", sep, b)
+	return l.err
+}
+
+// Close ends the list and the object with the count of items added.
+func (l *JSONList) Close() error {
+	l.printf("\n  ],\n  \"count\": %d\n}\n", l.n)
+	return l.err
+}
