@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/settle/settle/internal/retryafter"
 )
 
 // answer is one HTTP answer of the bank, read and bounded.
@@ -282,7 +283,7 @@ func parseErrorBody(a answer) (ErrorBody, bool) {
 func ambiguousStatus(a answer, code string, retry bool) *AmbiguousError {
 	return &AmbiguousError{
 		StatusCode: a.status,
-		RetryAfter: retryAfter(a.header, time.Now()),
+		RetryAfter: retryAfterOf(a.header),
 		Err:        &StatusError{StatusCode: a.status, Code: sanitize(code)},
 		retry:      retry,
 	}
@@ -293,27 +294,8 @@ func ambiguousMalformed(a answer, err error) *AmbiguousError {
 	return &AmbiguousError{StatusCode: a.status, Err: err, retry: true}
 }
 
-// maxRetryAfter bounds a Retry-After the bank may ask for.
-const maxRetryAfter = time.Hour
-
-// retryAfter parses a Retry-After header (seconds or an HTTP date); 0 when
-// absent or invalid.
-func retryAfter(h http.Header, now time.Time) time.Duration {
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		if secs > int64(maxRetryAfter/time.Second) {
-			return maxRetryAfter
-		}
-		d = time.Duration(secs) * time.Second
-	} else if t, err := http.ParseTime(v); err == nil {
-		d = t.Sub(now)
-	}
-	return min(max(d, 0), maxRetryAfter)
+// retryAfterOf is the wait a bank's Retry-After asks for (0 when none).
+func retryAfterOf(h http.Header) time.Duration {
+	d, _ := retryafter.Parse(h, time.Now())
+	return d
 }

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -152,33 +151,6 @@ func TestSanitize(t *testing.T) {
 	for _, tt := range tests {
 		if got := sanitize(tt.in); got != tt.want {
 			t.Errorf("sanitize(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
-func TestRetryAfter(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	tests := []struct {
-		header string
-		want   time.Duration
-	}{
-		{"", 0},
-		{"3", 3 * time.Second},
-		{"0", 0},
-		{"-5", 0},
-		{"99999999999999", time.Hour},
-		{"soon", 0},
-		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
-		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
-	}
-	for _, tt := range tests {
-		h := http.Header{}
-		if tt.header != "" {
-			h.Set("Retry-After", tt.header)
-		}
-		if got := retryAfter(h, now); got != tt.want {
-			t.Errorf("retryAfter(%q) = %v, want %v", tt.header, got, tt.want)
 		}
 	}
 }

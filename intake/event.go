@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/settle/settle/settlement"
 )
 
 // Limits of an event (DESIGN.md section 6 and the CHECKs of the schema).
@@ -195,8 +197,8 @@ func (ev *Event) set(key string, val json.Token) error {
 		if !ok {
 			return invalid(key, "must be a string")
 		}
-		if !isCurrency(s) {
-			return invalid(key, "must be three upper-case letters (ISO 4217)")
+		if _, err := settlement.LookupCurrency(s); err != nil {
+			return invalid(key, "must be an ISO 4217 currency code with minor units (such as EUR, USD, JPY)")
 		}
 		ev.Currency = s
 	case fieldAmountCents:
@@ -276,18 +278,6 @@ func parseAmount(lit string) (int64, error) {
 	return n, nil
 }
 
-func isCurrency(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for i := 0; i < 3; i++ {
-		if s[i] < 'A' || s[i] > 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
 // printableField returns key fit to be echoed in a problem body and a log
 // line: truncated and stripped of non-printable characters.
 func printableField(key string) string {
@@ -307,12 +297,24 @@ func printableField(key string) string {
 	return b.String()
 }
 
+// MaxClockSkew is how far in the future an event's occurred_at may lie:
+// producers' clocks drift, but an event from next year is a bug or a
+// forgery, and refused.
+const MaxClockSkew = 5 * time.Minute
+
 // CheckHorizon refuses an event whose occurred_at is older than horizon at
 // now (ErrTooOld): receipts are kept only that long, so an older event
 // might be a redelivery whose receipt is gone and must not be paid again.
-// An event without occurred_at, or a horizon ≤ 0, passes.
+// It refuses too an occurred_at more than MaxClockSkew ahead of now. An
+// event without occurred_at passes; a horizon ≤ 0 checks only the future.
 func (ev Event) CheckHorizon(now time.Time, horizon time.Duration) error {
-	if horizon <= 0 || ev.OccurredAt.IsZero() {
+	if ev.OccurredAt.IsZero() {
+		return nil
+	}
+	if ev.OccurredAt.Sub(now) > MaxClockSkew {
+		return invalid(fieldOccurredAt, fmt.Sprintf("lies in the future (more than %s ahead of the server's clock)", MaxClockSkew))
+	}
+	if horizon <= 0 {
 		return nil
 	}
 	if now.Sub(ev.OccurredAt) > horizon {

@@ -85,6 +85,8 @@ func badEvents() []struct {
 		{"null amount", `{"settlement_id":"s","account_id":"a","amount_cents":null,"currency":"EUR","beneficiary":"b"}`, "amount_cents", 422},
 		{"lower currency", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"eur","beneficiary":"b"}`, "currency", 422},
 		{"long currency", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"EURO","beneficiary":"b"}`, "currency", 422},
+		{"no such currency", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"XYZ","beneficiary":"b"}`, "currency", 422},
+		{"currency without minor units", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"XAU","beneficiary":"b"}`, "currency", 422},
 		{"missing beneficiary", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"EUR"}`, "beneficiary", 422},
 		{"missing settlement_id", `{` + valid + `}`, "settlement_id", 422},
 		{"unknown field", `{"settlement_id":"s",` + valid + `,"memo":"hi"}`, "memo", 422},
@@ -100,6 +102,7 @@ func badEvents() []struct {
 		{"NUL in beneficiary", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"EUR","beneficiary":"b\u0000c"}`, "beneficiary", 422},
 		{"bad occurred_at", `{"settlement_id":"s",` + valid + `,"occurred_at":"yesterday"}`, "occurred_at", 422},
 		{"too old", `{"settlement_id":"s",` + valid + `,"occurred_at":"2001-01-01T00:00:00Z"}`, "occurred_at", 422},
+		{"in the future", `{"settlement_id":"s",` + valid + `,"occurred_at":"2099-01-01T00:00:00Z"}`, "occurred_at", 422},
 		{"long event_id", `{"settlement_id":"s",` + valid + `,"event_id":"` + strings.Repeat("e", 257) + `"}`, "event_id", 422},
 		{"too large", `{"settlement_id":"s",` + valid + `,"event_id":"` + strings.Repeat(" ", intake.MaxEventBytes) + `"}`, "", 413},
 	}
@@ -122,6 +125,23 @@ func TestDecodeEventRefusals(t *testing.T) {
 				t.Fatalf("field = %q, want %q (%v)", inv.Field, tc.field, err)
 			}
 		})
+	}
+}
+
+func TestCheckHorizonRefusesTheFuture(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	ev := intake.Event{OccurredAt: now.Add(intake.MaxClockSkew)}
+	if err := ev.CheckHorizon(now, time.Hour); err != nil {
+		t.Fatalf("at the clock-skew allowance: %v", err)
+	}
+	ev.OccurredAt = ev.OccurredAt.Add(time.Millisecond)
+	var inv *intake.InvalidError
+	if err := ev.CheckHorizon(now, time.Hour); !errors.As(err, &inv) || inv.Field != "occurred_at" || errors.Is(err, intake.ErrTooOld) {
+		t.Fatalf("past the allowance: %v, want an invalid occurred_at", err)
+	}
+	if err := ev.CheckHorizon(now, 0); !errors.As(err, &inv) {
+		t.Fatalf("past the allowance without a horizon: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/reconcile"
 )
 
@@ -19,7 +20,6 @@ const (
 	DefaultSweepInterval          = 5 * time.Second
 	DefaultSweepBatch             = 1000
 	DefaultRetentionInterval      = time.Hour
-	DefaultReplayHorizon          = 720 * time.Hour
 	DefaultJobTimeout             = time.Minute
 	DefaultFetchPollInterval      = time.Second
 	DefaultSoftStopTimeout        = 10 * time.Second
@@ -90,7 +90,7 @@ func (d Deps) withDefaults() Deps {
 		d.RetentionInterval = DefaultRetentionInterval
 	}
 	if d.ReplayHorizon <= 0 {
-		d.ReplayHorizon = DefaultReplayHorizon
+		d.ReplayHorizon = intake.DefaultReplayHorizon
 	}
 	if d.JobTimeout <= 0 {
 		d.JobTimeout = DefaultJobTimeout
@@ -131,7 +131,7 @@ func (d Deps) Validate() error {
 func NewWorkers(deps Deps) *river.Workers {
 	d := deps.withDefaults()
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &SendWorker{resolver: d.Resolver, logger: d.Logger})
+	river.AddWorker(workers, &SendWorker{resolver: d.Resolver, logger: d.Logger, now: d.Now})
 	river.AddWorker(workers, &ReconcileWorker{resolver: d.Resolver, logger: d.Logger, now: d.Now})
 	river.AddWorker(workers, &SweepWorker{pool: d.Pool, now: d.Now, lease: lease(d), period: uniquePeriod(d), batch: d.SweepBatch, logger: d.Logger})
 	river.AddWorker(workers, &RetentionWorker{pool: d.Pool, now: d.Now, horizon: d.ReplayHorizon, batch: 1000, logger: d.Logger})

@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/reconcile"
 )
 
 // SweepArgs finds non-terminal settlements whose next check is due and
@@ -59,41 +62,19 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 		now := w.now()
 		var n int
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `
-				UPDATE settlements s SET next_check_at = $2
-				FROM (
-					SELECT settlement_id FROM settlements
-					WHERE state IN ('pending', 'sent', 'uncertain') AND next_check_at <= $1
-					ORDER BY next_check_at
-					LIMIT $3
-					FOR UPDATE SKIP LOCKED
-				) due
-				WHERE s.settlement_id = due.settlement_id
-				RETURNING s.settlement_id, s.state = 'pending' AND s.first_attempt_at IS NULL`,
-				now, now.Add(w.lease), w.batch)
+			due, err := reconcile.ClaimDue(ctx, tx, now, w.lease, w.batch)
 			if err != nil {
 				return err
 			}
-			var params []river.InsertManyParams
+			params := make([]river.InsertManyParams, 0, len(due))
 			unique := river.UniqueOpts{ByArgs: true, ByPeriod: w.period}
-			for rows.Next() {
-				var (
-					id    string
-					fresh bool
-				)
-				if err := rows.Scan(&id, &fresh); err != nil {
-					return err
+			for _, d := range due {
+				var args river.JobArgs = ReconcileSettlementArgs{SettlementID: d.SettlementID}
+				if d.NeverAttempted {
+					args = SendInstructionArgs{SettlementID: d.SettlementID}
 				}
-				p := river.InsertManyParams{Args: ReconcileSettlementArgs{SettlementID: id}, InsertOpts: &river.InsertOpts{UniqueOpts: unique}}
-				kind := "reconcile_settlement"
-				if fresh {
-					p.Args, kind = SendInstructionArgs{SettlementID: id}, "send_instruction"
-				}
-				total[kind]++
-				params = append(params, p)
-			}
-			if err := rows.Err(); err != nil {
-				return err
+				total[args.Kind()]++
+				params = append(params, river.InsertManyParams{Args: args, InsertOpts: &river.InsertOpts{UniqueOpts: unique}})
 			}
 			n = len(params)
 			if n > 0 {
@@ -116,8 +97,8 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 	}
 	if len(total) > 0 {
 		w.logger.LogAttrs(ctx, slog.LevelInfo, "sweep enqueued due settlements",
-			slog.Int("send_instruction", total["send_instruction"]),
-			slog.Int("reconcile_settlement", total["reconcile_settlement"]))
+			slog.Int(SendInstructionArgs{}.Kind(), total[SendInstructionArgs{}.Kind()]),
+			slog.Int(ReconcileSettlementArgs{}.Kind(), total[ReconcileSettlementArgs{}.Kind()]))
 	}
 	return nil
 }
@@ -141,18 +122,11 @@ func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[RetentionArgs
 	for {
 		var n int64
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, `
-				DELETE FROM settlement_receipts r
-				WHERE r.ctid IN (
-					SELECT r2.ctid FROM settlement_receipts r2
-					JOIN settlements s ON s.settlement_id = r2.settlement_id
-					WHERE r2.received_at < $1 AND s.state IN ('confirmed', 'failed')
-					LIMIT $2
-				)`, cutoff, w.batch)
+			var err error
+			n, err = intake.DeleteOldReceipts(ctx, tx, cutoff, w.batch)
 			if err != nil {
 				return err
 			}
-			n = tag.RowsAffected()
 			if n < int64(w.batch) {
 				_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 				return err

@@ -23,6 +23,7 @@ type SendWorker struct {
 	river.WorkerDefaults[SendInstructionArgs]
 	resolver *reconcile.Resolver
 	logger   *slog.Logger
+	now      func() time.Time
 }
 
 // Work sends the instruction.
@@ -42,7 +43,7 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendInstructionArg
 // NextRetry retries a failed send soon: the bank call itself is bounded and
 // idempotent, and the sweep is the backstop.
 func (w *SendWorker) NextRetry(job *river.Job[SendInstructionArgs]) time.Time {
-	return time.Now().Add(retryDelay(job.Attempt))
+	return w.now().Add(retryDelay(job.Attempt))
 }
 
 // ReconcileWorker works reconcile_settlement: reconcile.Resolver.Resolve.
@@ -80,7 +81,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSett
 
 // NextRetry retries a failed check soon.
 func (w *ReconcileWorker) NextRetry(job *river.Job[ReconcileSettlementArgs]) time.Time {
-	return time.Now().Add(retryDelay(job.Attempt))
+	return w.now().Add(retryDelay(job.Attempt))
 }
 
 // retryDelay grows 1s, 2s, 4s … up to a minute.

@@ -1,7 +1,9 @@
 // Package migrations owns settle's database schema: the numbered SQL files
-// embedded in sql/ and River's own migrations, applied together in one
-// transaction under an advisory lock so that any number of processes may
-// run them at once. It never changes data, only schema.
+// embedded in sql/ and River's own migrations. Under one session advisory
+// lock, so that any number of processes may run them at once, the app
+// migrations apply in one transaction with their bookkeeping rows, then
+// River's apply through rivermigrate, each in transactions of its own (they
+// cannot share one). It never changes data, only schema.
 package migrations
 
 import (
@@ -73,8 +75,8 @@ type Result struct {
 // Migrate brings the app schema and River's schema up to date. It is a
 // no-op when both are current, and safe to run from many processes at once:
 // the run holds an advisory lock, so a second process waits and then finds
-// nothing to do. Each app migration is applied in one transaction with its
-// bookkeeping row.
+// nothing to do. The pending app migrations are applied in one transaction
+// with their bookkeeping rows (all or none); River's follow, outside it.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) (Result, error) {
 	var res Result
 	ms, err := All()

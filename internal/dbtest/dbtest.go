@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -18,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/internal/database"
@@ -200,14 +203,16 @@ func create(t testing.TB, template string) *DB {
 		t.Fatalf("dbtest: error connecting: %v", err)
 	}
 	defer conn.Close(ctx)
-	// Two CREATE DATABASE from one template at once may collide on the
-	// template's lock; retry briefly.
+	// Two CREATE DATABASE from one template at once collide on it: the
+	// second fails with object_in_use (55006) while the first copies it.
+	// That, and only that, is retried, after a short pause.
 	for attempt := 0; ; attempt++ {
 		_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize())
-		if err == nil || attempt == 50 {
+		var pgErr *pgconn.PgError
+		if err == nil || attempt == 100 || !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ObjectInUse {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("dbtest: error creating database %s: %v", name, err)

@@ -24,12 +24,13 @@ import (
 	"io"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/settle/settle/internal/retryafter"
 )
 
 // MaxLineBytes is the longest event line sent: the API refuses bodies over
@@ -497,7 +498,7 @@ func retry(ctx context.Context, o Options, endpoint string, body []byte, decide 
 			a.detail = fmt.Sprintf("no definitive answer after %d attempts: %s", a.attempts, a.detail)
 			return a
 		}
-		if ra, ok := retryAfter(hdr, time.Now()); ok && ra > wait {
+		if ra, ok := retryafter.Parse(hdr, time.Now()); ok && ra > wait {
 			wait = min(ra, time.Minute)
 		}
 		t := time.NewTimer(wait)
@@ -605,19 +606,4 @@ func conflictDetail(body []byte) string {
 		d = fmt.Sprintf("%s (stored %s, incoming %s)", d, p.StoredHash, p.IncomingHash)
 	}
 	return d
-}
-
-// retryAfter parses a Retry-After header (seconds or an HTTP date).
-func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
 }
