@@ -17,7 +17,7 @@ import (
 
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/pgembed"
-	"github.com/settle/settle/internal/testbin"
+	"github.com/settle/settle/internal/bintest"
 )
 
 // settleHome returns a fresh SETTLE_HOME and the environment that points
@@ -121,7 +121,7 @@ func startedCluster(t *testing.T, bin string, env []string) (dir string, pid int
 // would also take the other's orphan.
 func TestDBPruneAfterHomeDeleted(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	for _, tc := range []struct {
 		name      string
 		reachable bool
@@ -178,7 +178,7 @@ func TestDBPruneAfterHomeDeleted(t *testing.T) {
 // exists, running or not.
 func TestDBPruneKeepsLiveHomes(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	_, env := settleHome(t, false)
 	dir, pid := startedCluster(t, bin, env)
 	_, other := settleHome(t, false)
@@ -198,7 +198,7 @@ func TestDBPruneKeepsLiveHomes(t *testing.T) {
 // it running says nothing about it.
 func TestMigrateSaysClusterStillRunning(t *testing.T) {
 	t.Parallel()
-	bin := testbin.Build(t)
+	bin := bintest.Build(t)
 	_, env := settleHome(t, true)
 	out, stderr, code := runSettle(t, bin, env, "migrate")
 	if code != exitOK || !strings.Contains(stderr, "started PostgreSQL") {
