@@ -9,7 +9,6 @@ import (
 
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/bench"
-	"github.com/settle/settle/internal/database"
 )
 
 const benchDescription = `
@@ -93,13 +92,12 @@ func cmdBench(ctx context.Context, args []string, s Stdio) int {
 	cfg.Logf = func(format string, args ...any) {
 		fmt.Fprintf(s.Err, "settle bench: [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	cfg.URL, err = database.Resolve(ctx, func(format string, args ...any) {
-		fmt.Fprintf(s.Err, "settle: "+format+"\n", args...)
-	})
-	if err != nil {
-		fmt.Fprintf(s.Err, "settle bench: %v\n", err)
+	url, done, ok := resolveDB(ctx, s, ownCluster)
+	if !ok {
 		return exitError
 	}
+	defer done()
+	cfg.URL = url
 
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {

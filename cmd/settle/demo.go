@@ -63,6 +63,17 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		fmt.Fprintf(s.Err, "settle demo: error finding the settle executable: %v\n", err)
 		return exitError
 	}
+	// The demo holds the embedded cluster (when DATABASE_URL is unset) and,
+	// unless --keep, stops it at the end if it started it.
+	use := ownCluster
+	if *keep {
+		use = shareCluster
+	}
+	_, done, ok := resolveDB(ctx, s, use)
+	if !ok {
+		return exitError
+	}
+	defer done()
 	rep, err := demo.Run(ctx, demo.Options{
 		Events: *events, Faults: *faults, Seed: *seed, Timeout: *timeout, Keep: *keep,
 		Executable: exe, Out: s.Out, Err: s.Err, Progress: cli.IsTerminal(s.Err),

@@ -41,6 +41,15 @@ func TestDemoFromNothing(t *testing.T) {
 	if m == nil || mv == nil || m[1] != mv[1] {
 		t.Errorf("confirmed %v vs movements %v", m, mv)
 	}
+	// It started the embedded cluster only for itself: it stops it, says so
+	// last, and the cluster is stopped afterwards.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "stopped the embedded PostgreSQL cluster") {
+		t.Errorf("last line %q does not say the cluster was stopped", last)
+	}
+	if status, code := runBin(t, bin, env, "db", "status"); code != exitFindings || !strings.Contains(status, "stopped") {
+		t.Errorf("settle db status after the demo exited %d:\n%s", code, status)
+	}
 	if t.Failed() {
 		t.Log(out)
 	}

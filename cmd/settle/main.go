@@ -34,7 +34,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"migrate", "apply the app schema and River's schema (idempotent)", cmdMigrate},
-		{"db", "manage the embedded default PostgreSQL cluster (status, stop, url)", cmdDB},
+		{"db", "manage the embedded default PostgreSQL cluster (status, stop, url, prune)", cmdDB},
 		{"fakebank", "run the bank simulator (bank protocol, injectable faults)", cmdFakebank},
 		{"worker", "run the HTTP API (intake) and the River workers", cmdWorker},
 		{"submit", "post NDJSON events to the API, with retries, progress and counts", cmdSubmit},

@@ -100,11 +100,11 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		defer stop()
 	}
 
-	pool, _ := openDB(ctx, s, database.PoolOptions{MaxConns: int32(dbMaxConns), ApplicationName: "settle-worker"})
+	pool, done := openDBFor(ctx, s, shareCluster, database.PoolOptions{MaxConns: int32(dbMaxConns), ApplicationName: "settle-worker"})
 	if pool == nil {
 		return exitError
 	}
-	defer pool.Close()
+	defer done()
 	if _, err := migrations.Migrate(ctx, pool); err != nil {
 		return fail(err)
 	}

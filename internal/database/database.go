@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -88,7 +89,7 @@ func CreateDatabase(ctx context.Context, adminURL, name, template string) error 
 	}
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.DuplicateDatabase || pgErr.Code == pgerrcode.UniqueViolation) {
 			return nil // created by a concurrent process
 		}
 		return fmt.Errorf("error creating database %s: %w", name, err)
