@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/settle/settle/internal/checktest"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/reconcile"
 )
 
@@ -103,33 +105,25 @@ func (b *testBundle) submit(t *testing.T, id string, amount int64) {
 	}
 }
 
-// waitTerminal polls the database until no settlement is outside a terminal
-// state (or until the deadline).
-func waitTerminal(t *testing.T, db *dbtest.DB, want int, within time.Duration) {
+// waitTerminal waits until want settlements exist and every one is
+// confirmed or failed.
+func waitTerminal(t *testing.T, db *dbtest.DB, want int) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	settletest.Wait(t, fmt.Sprintf("%d terminal settlements", want), func() (bool, string) {
 		var terminal, total int
 		if err := db.Pool.QueryRow(context.Background(),
 			`SELECT count(*) FILTER (WHERE state IN ('confirmed', 'failed')), count(*) FROM settlements`).Scan(&terminal, &total); err != nil {
 			t.Fatal(err)
 		}
-		if terminal == want && total == want {
-			return
+		state := fmt.Sprintf("%d of %d terminal", terminal, total)
+		rows, _ := db.Pool.Query(context.Background(), `SELECT settlement_id || ' ' || state || ' ' || coalesce(investigation_reason, '')
+			FROM settlements WHERE state NOT IN ('confirmed', 'failed') ORDER BY 1 LIMIT 5`)
+		open, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		if len(open) > 0 {
+			state += "; open: " + strings.Join(open, ", ")
 		}
-		if time.Now().After(deadline) {
-			rows, _ := db.Pool.Query(context.Background(), `SELECT settlement_id, state, coalesce(investigation_reason, ''), next_check_at FROM settlements WHERE state NOT IN ('confirmed', 'failed') LIMIT 10`)
-			for rows.Next() {
-				var id, st, reason string
-				var next *time.Time
-				_ = rows.Scan(&id, &st, &reason, &next)
-				t.Logf("not terminal: %s %s %q next=%v", id, st, reason, next)
-			}
-			rows.Close()
-			t.Fatalf("%d of %d settlements terminal after %s (want %d)", terminal, total, within, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return terminal == want && total == want, state
+	})
 }
 
 func TestWorkersSettleUnderFaults(t *testing.T) {
@@ -142,7 +136,7 @@ func TestWorkersSettleUnderFaults(t *testing.T) {
 	for i := range n {
 		b.submit(t, fmt.Sprintf("w-%03d", i), int64(100+i))
 	}
-	waitTerminal(t, b.db, n, 60*time.Second)
+	waitTerminal(t, b.db, n)
 	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 
 	// The send jobs completed in the transaction of their outcome.
@@ -168,7 +162,7 @@ func TestSweepSendsPendingWhoseJobWasLost(t *testing.T) {
 		VALUES ('orphan', 'acc', 'bene', 555, 'EUR', 'pending', $1, 'sha256:00', now() - interval '1 second')`, bankclient.KeyFor("orphan")); err != nil {
 		t.Fatal(err)
 	}
-	waitTerminal(t, b.db, 2, 20*time.Second)
+	waitTerminal(t, b.db, 2)
 	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 	var kind string
 	if err := b.db.Pool.QueryRow(ctx, `SELECT kind FROM river_job WHERE args->>'settlement_id' = 'orphan' ORDER BY id LIMIT 1`).Scan(&kind); err != nil {
@@ -210,7 +204,7 @@ func TestSweepNotBlockedByDeadRunningJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.start(t)
-	waitTerminal(t, b.db, 1, 20*time.Second)
+	waitTerminal(t, b.db, 1)
 	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 }
 
@@ -235,28 +229,20 @@ func TestRetentionDeletesOnlyOldTerminalReceipts(t *testing.T) {
 		}
 	}
 	b.start(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var ids []string
+	settletest.Wait(t, "retention to delete the old receipts", func() (bool, string) {
 		rows, err := b.db.Pool.Query(ctx, `SELECT settlement_id FROM settlement_receipts ORDER BY 1`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ids) == 2 {
-			if ids[0] != "new-done" || ids[1] != "old-moving" {
-				t.Fatalf("receipts left: %v", ids)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
+		if len(ids) == 2 && (ids[0] != "new-done" || ids[1] != "old-moving") {
 			t.Fatalf("receipts left: %v", ids)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(ids) == 2, fmt.Sprintf("receipts left: %v", ids)
+	})
 }
 
 func TestDepsValidate(t *testing.T) {

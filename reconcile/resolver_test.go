@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -97,24 +98,25 @@ func readRow(t *testing.T, db *dbtest.DB, id string) row {
 	return r
 }
 
-// resolveUntilTerminal calls Resolve until the settlement is terminal or the
-// deadline passes, waiting for the bank's settle delay between calls.
+// resolveUntilTerminal calls Resolve until the settlement is terminal (or
+// done), as the reconcile job would: each call at the next check the
+// previous one set.
 func resolveUntilTerminal(t *testing.T, b *resolverBundle, id string) Outcome {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := b.r.Resolve(context.Background(), id, nil)
-		if err != nil {
+	var out Outcome
+	next := time.Now()
+	settletest.Wait(t, "settlement "+id+" terminal", func() (bool, string) {
+		if time.Now().Before(next) {
+			return false, fmt.Sprintf("%+v", out)
+		}
+		var err error
+		if out, err = b.r.Resolve(context.Background(), id, nil); err != nil {
 			t.Fatalf("Resolve: %v", err)
 		}
-		if out.State.Terminal() || out.Done {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("settlement %s not terminal: %+v", id, out)
-		}
-		time.Sleep(time.Until(out.NextCheckAt))
-	}
+		next = out.NextCheckAt
+		return out.State.Terminal() || out.Done, fmt.Sprintf("%+v", out)
+	})
+	return out
 }
 
 func TestResolverSendThenConfirm(t *testing.T) {

@@ -37,7 +37,7 @@ func TestCrashPoints(t *testing.T) {
 			if err == nil && code != http.StatusCreated {
 				t.Fatalf("first delivery answered %d", code)
 			}
-			if ps := waitExit(t, w1, 30*time.Second); !workerproc.KilledBySIGKILL(ps) {
+			if ps := waitExit(t, w1, 2*time.Minute); !workerproc.KilledBySIGKILL(ps) {
 				t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
 			}
 
@@ -47,7 +47,7 @@ func TestCrashPoints(t *testing.T) {
 			if err != nil || (code != http.StatusOK && code != http.StatusCreated) {
 				t.Fatalf("redelivery = %d, %v", code, err)
 			}
-			waitAllTerminal(t, db, 1, 60*time.Second)
+			waitAllTerminal(t, db, 1)
 			checkInvariants(t, db, b, map[string]int64{ev.SettlementID: ev.AmountCents})
 
 			var state string
@@ -66,7 +66,7 @@ func TestCrashPoints(t *testing.T) {
 			if err := w2.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			if ps := waitExit(t, w2, 15*time.Second); ps.ExitCode() != 0 {
+			if ps := waitExit(t, w2, time.Minute); ps.ExitCode() != 0 {
 				t.Errorf("w2 exited %d on SIGTERM", ps.ExitCode())
 			}
 		})

@@ -89,7 +89,7 @@ func TestEndToEnd(t *testing.T) {
 			// most likely River's leader, which runs the sweep: the harder
 			// case), and restart it on the same database.
 			var running, open int
-			waitFor(t, 30*time.Second, "bank jobs running", func() bool {
+			waitFor(t, "bank jobs running", func() bool {
 				_ = db.Pool.QueryRow(context.Background(), `SELECT
 					(SELECT count(*) FROM river_job WHERE queue = 'bank' AND state = 'running'),
 					(SELECT count(*) FROM settlements WHERE state NOT IN ('confirmed', 'failed'))`).Scan(&running, &open)
@@ -113,7 +113,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("delivery outcomes %v: want %d created, ≥%d replays, %d conflicts", counts, n, n/dupEvery, conflicts)
 	}
 
-	waitAllTerminal(t, db, n, 100*time.Second)
+	waitAllTerminal(t, db, n)
 	elapsed := time.Since(start)
 
 	checkInvariants(t, db, b, want)

@@ -15,12 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/checktest"
 	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/workertest"
 	"github.com/settle/settle/reconcile"
 )
@@ -150,37 +153,27 @@ func postBatch(baseURL string, evs []intake.Event) ([]int, error) {
 	return st, nil
 }
 
-// waitAllTerminal polls the database until want settlements exist and all
-// are terminal, or fails after within.
-func waitAllTerminal(t *testing.T, db *dbtest.DB, want int, within time.Duration) {
+// waitAllTerminal waits until want settlements exist and all are
+// terminal.
+func waitAllTerminal(t *testing.T, db *dbtest.DB, want int) {
 	t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(within)
-	for {
+	settletest.Wait(t, fmt.Sprintf("%d terminal settlements", want), func() (bool, string) {
 		var terminal, total int
 		if err := db.Pool.QueryRow(ctx,
 			`SELECT count(*) FILTER (WHERE state IN ('confirmed', 'failed')), count(*) FROM settlements`).Scan(&terminal, &total); err != nil {
 			t.Fatal(err)
 		}
-		if terminal == want && total == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			rows, err := db.Pool.Query(ctx, `SELECT settlement_id, state, coalesce(investigation_reason, ''), next_check_at FROM settlements
-				WHERE state NOT IN ('confirmed', 'failed') ORDER BY settlement_id LIMIT 10`)
-			if err == nil {
-				for rows.Next() {
-					var id, st, reason string
-					var next *time.Time
-					_ = rows.Scan(&id, &st, &reason, &next)
-					t.Logf("not terminal: %s %s %q next_check_at=%v", id, st, reason, next)
-				}
-				rows.Close()
+		state := fmt.Sprintf("%d of %d terminal", terminal, total)
+		rows, err := db.Pool.Query(ctx, `SELECT settlement_id || ' ' || state || ' ' || coalesce(investigation_reason, '') || ' next ' || coalesce(next_check_at::text, '-')
+			FROM settlements WHERE state NOT IN ('confirmed', 'failed') ORDER BY settlement_id LIMIT 5`)
+		if err == nil {
+			if open, err := pgx.CollectRows(rows, pgx.RowTo[string]); err == nil && len(open) > 0 {
+				state += "; open: " + strings.Join(open, ", ")
 			}
-			t.Fatalf("%d of %d settlements terminal after %s (want %d)", terminal, total, within, want)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return terminal == want && total == want, state
+	})
 }
 
 // checkInvariants runs the one exactly-once checker once every settlement

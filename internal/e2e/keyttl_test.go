@@ -9,6 +9,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/settletest"
 )
 
 // TestKeyTTLNeverResends: the bank's answer to the POST is lost, so the
@@ -28,7 +29,7 @@ func TestKeyTTLNeverResends(t *testing.T) {
 		t.Fatalf("post = %d, %v", code, err)
 	}
 	ctx := context.Background()
-	waitFor(t, 20*time.Second, "settlement uncertain", func() bool {
+	waitFor(t, "settlement uncertain", func() bool {
 		var st string
 		_ = db.Pool.QueryRow(ctx, `SELECT state FROM settlements WHERE settlement_id = $1`, ev.SettlementID).Scan(&st)
 		return st == "uncertain"
@@ -37,7 +38,7 @@ func TestKeyTTLNeverResends(t *testing.T) {
 		t.Fatalf("bank holds %d payments, want 1", got)
 	}
 
-	waitFor(t, 30*time.Second, "settlement flagged", func() bool {
+	waitFor(t, "settlement flagged", func() bool {
 		var flagged bool
 		_ = db.Pool.QueryRow(ctx, `SELECT needs_investigation FROM settlements WHERE settlement_id = $1`, ev.SettlementID).Scan(&flagged)
 		return flagged
@@ -76,14 +77,8 @@ func TestKeyTTLNeverResends(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or fails the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+// waitFor waits until cond holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	settletest.Wait(t, what, func() (bool, string) { return cond(), "not yet" })
 }

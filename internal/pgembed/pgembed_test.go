@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/internal/pgembed"
+	"github.com/settle/settle/internal/settletest"
 )
 
 // newHome returns a fresh home directory the server user can reach.
@@ -129,13 +130,12 @@ func TestStaleAfterCrash(t *testing.T) {
 	if err := syscall.Kill(c1.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(c1.PID, 0) == nil && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, running, _ := pgembed.Find(home); running {
-		t.Fatal("Find reports a killed server as running")
-	}
+	// Find must report the killed server as not running once it is gone
+	// (a zombie not yet reaped counts as gone).
+	settletest.Wait(t, "Find to report the killed server as stopped", func() (bool, string) {
+		_, running, err := pgembed.Find(home)
+		return err == nil && !running, fmt.Sprintf("running %v, err %v", running, err)
+	})
 	c2 := ensure(t, home)
 	if !c2.Started || c2.PID == c1.PID {
 		t.Fatalf("did not restart: started=%v pid=%d", c2.Started, c2.PID)
