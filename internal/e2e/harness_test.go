@@ -24,6 +24,7 @@ import (
 	"github.com/settle/settle/internal/checktest"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/workerproc"
 	"github.com/settle/settle/internal/workertest"
 	"github.com/settle/settle/reconcile"
 )
@@ -64,26 +65,20 @@ func startBank(t *testing.T, seed int64, faults bankclient.Faults) *bank {
 	return b
 }
 
-// workerFlags are short intervals so that a crashed worker's settlements
-// are resolved within seconds of the restart.
+// workerFlags are workerproc.FastFlags with shorter job timeouts and
+// leases still, so that a crashed worker's settlements are resolved within
+// seconds of the restart, and more bank concurrency for the throughput
+// test.
 func workerFlags(bankURL string) []string {
-	return []string{
-		"--listen", "127.0.0.1:0",
-		"--bank-url", bankURL,
-		"--pending-grace", "2s",
+	return append(workerproc.FastFlags(bankURL),
 		"--job-timeout", "3s",
 		"--rescue-after", "5s",
 		"--lease", "4s",
 		"--sweep-interval", "250ms",
-		"--check-interval", "200ms",
-		"--max-check-interval", "1s",
 		"--fetch-poll-interval", "100ms",
-		"--bank-timeout", "2s",
-		"--shutdown-timeout", "6s",
 		"--bank-concurrency", "20",
 		"--db-max-conns", "12",
-		"--log-format", "json",
-	}
+	)
 }
 
 // startWorker starts `settle worker` against dbURL and waits until it

@@ -2,7 +2,6 @@ package metrics_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,29 +15,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
-
-// get fetches path from srv with the given Authorization header (none when
-// empty) and returns the status and body.
-func get(t *testing.T, srv *httptest.Server, path, auth string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
 
 func TestMetricsHandlerReportsStatesAndCounters(t *testing.T) {
 	t.Parallel()
@@ -68,7 +44,7 @@ func TestMetricsHandlerReportsStatesAndCounters(t *testing.T) {
 	srv := httptest.NewServer(metrics.Handler(reg))
 	t.Cleanup(srv.Close)
 
-	code, body := get(t, srv, "/metrics", "")
+	code, body := settletest.Get(t, srv.URL+"/metrics", "")
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics = %d\n%s", code, body)
 	}
@@ -99,12 +75,12 @@ func TestStateCollectorKeepsLastValuesWhenTheDatabaseFails(t *testing.T) {
 	reg.MustRegister(c)
 	srv := httptest.NewServer(metrics.Handler(reg))
 	t.Cleanup(srv.Close)
-	if _, body := get(t, srv, "/metrics", ""); !strings.Contains(body, `settle_settlements{state="pending"} 0`) {
+	if _, body := settletest.Get(t, srv.URL+"/metrics", ""); !strings.Contains(body, `settle_settlements{state="pending"} 0`) {
 		t.Fatalf("first scrape lacks the pending gauge:\n%s", body)
 	}
 	db.Pool.Close() // every later query fails
 	now.Advance(60 * time.Second)
-	_, body := get(t, srv, "/metrics", "")
+	_, body := settletest.Get(t, srv.URL+"/metrics", "")
 	for _, want := range []string{`settle_settlements{state="pending"} 0`, "settle_settlements_query_errors_total 1"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("scrape after a failed query lacks %q", want)

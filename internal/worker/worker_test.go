@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/internal/worker"
 	"github.com/settle/settle/settlement"
@@ -36,29 +36,6 @@ func newWorker(t *testing.T, token string) *worker.Worker {
 	}
 	t.Cleanup(func() { w.Close() })
 	return w
-}
-
-// get fetches path from srv with the given Authorization header (none when
-// empty) and returns the status and body.
-func get(t *testing.T, srv *httptest.Server, path, auth string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
 }
 
 // TestSubmitThroughIntakeThenScrape sends a known NDJSON file with bad lines
@@ -94,10 +71,10 @@ func TestSubmitThroughIntakeThenScrape(t *testing.T) {
 		t.Errorf("problem lines = %v, want %v: %+v", problemLines, want, sum.Problems)
 	}
 
-	if code, _ := get(t, srv, "/metrics", ""); code != http.StatusUnauthorized {
+	if code, _ := settletest.Get(t, srv.URL+"/metrics", ""); code != http.StatusUnauthorized {
 		t.Errorf("GET /metrics without the token = %d, want 401", code)
 	}
-	_, body := get(t, srv, "/metrics", "Bearer tok")
+	_, body := settletest.Get(t, srv.URL+"/metrics", "Bearer tok")
 	for _, want := range []string{
 		// Line 4 is refused by submit itself and never reaches intake.
 		`settle_intake_total{outcome="created"} 3`,
@@ -155,20 +132,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	base := "http://" + <-ready
 	do := func(method, path, auth, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return settletest.Do(t, method, base+path, auth, body)
 	}
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := do(http.MethodGet, path, "", ""); code != http.StatusOK {
