@@ -21,6 +21,7 @@ import (
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/settlement"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
@@ -150,6 +151,21 @@ func TestWorkersSettleUnderFaults(t *testing.T) {
 	}
 }
 
+// history writes the transitions of a settlement inserted by hand, through
+// states from its creation, so its history is what the engine would have
+// written.
+func history(t *testing.T, db *dbtest.DB, id string, states ...settlement.State) {
+	t.Helper()
+	var from *settlement.State
+	for _, to := range states {
+		if _, err := db.Pool.Exec(context.Background(), `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
+			VALUES ($1, $2, $3, 'written by the test', now())`, id, from, to); err != nil {
+			t.Fatal(err)
+		}
+		from = &to
+	}
+}
+
 // TestSweepSendsPendingWhoseJobWasLost: a pending settlement without any job
 // (its send job was lost) is sent by the sweep once its next check is due.
 func TestSweepSendsPendingWhoseJobWasLost(t *testing.T) {
@@ -162,6 +178,7 @@ func TestSweepSendsPendingWhoseJobWasLost(t *testing.T) {
 		VALUES ('orphan', 'acc', 'bene', 555, 'EUR', 'pending', $1, 'sha256:00', now() - interval '1 second')`, bankclient.KeyFor("orphan")); err != nil {
 		t.Fatal(err)
 	}
+	history(t, b.db, "orphan", settlement.Pending)
 	waitTerminal(t, b.db, 2)
 	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 	var kind string
@@ -187,6 +204,7 @@ func TestSweepNotBlockedByDeadRunningJob(t *testing.T) {
 		VALUES ('dead', 'acc', 'bene', 900, 'EUR', 'sent', $1, 'sha256:00', now() - interval '1 second', now())`, bankclient.KeyFor("dead")); err != nil {
 		t.Fatal(err)
 	}
+	history(t, b.db, "dead", settlement.Pending, settlement.Sent)
 	if _, err := b.deps.Resolver.Bank.Send(ctx, bankclient.KeyFor("dead"), bankclient.PaymentRequest{
 		AmountCents: 900, Currency: "EUR", DebtorAccount: "acc", CreditorAccount: "bene", Reference: "dead"}); err != nil {
 		t.Fatal(err)
