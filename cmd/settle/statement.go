@@ -10,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/settle/settle/internal/ops"
+	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statement"
 )
@@ -100,7 +100,7 @@ could not be read (the error names the file and the line or element).`, s)
 		}
 		return code
 	}
-	printStatements(s.Out, parsed, ops.IsTerminal(s.Out))
+	printStatements(s.Out, parsed, cli.IsTerminal(s.Out))
 	return code
 }
 
