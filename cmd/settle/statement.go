@@ -22,17 +22,19 @@ Bank statement files: ISO 20022 camt.053 and camt.054 (versions .001.02 to
 Forms:
   settle statement parse FILE... [--json]   the normalised view of each file:
                                            statements, balances, entries
-  settle statement import FILE... [--json]  store the files' entries once and match
-                                           them (not yet implemented)
+  settle statement import FILE... [--json]  store each file once, match its lines to
+                                           settlements, list what nothing explains
 
 Exit status:
-  0  every file was read and every statement balances (or carries no balances)
-  1  a statement does not balance: opening + credits - debits is not the closing
+  0  every file was read (imported) and every statement balances (or carries no
+     balances); import: and every line was matched, no return was found
+  1  a statement does not balance: opening + credits - debits is not the closing;
+     import: also unmatched lines or returns
   2  a file could not be read or is not a valid statement (the error names the
-     file and the line or element)`
+     file and the line or element); import: or the database is unreachable`
 
 // cmdStatement is `settle statement`.
-func cmdStatement(_ context.Context, args []string, s Stdio) int {
+func cmdStatement(ctx context.Context, args []string, s Stdio) int {
 	form := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		form, args = args[0], args[1:]
@@ -41,8 +43,7 @@ func cmdStatement(_ context.Context, args []string, s Stdio) int {
 	case "parse":
 		return statementParse(args, s)
 	case "import":
-		fmt.Fprintln(s.Err, "settle statement import: not yet implemented (it needs the bank_statements tables); use settle statement parse to read a file")
-		return exitError
+		return (&importCmd{s: s}).run(ctx, args)
 	case "":
 		fs := newFlagSet("statement", "parse|import FILE... [--json]", statementDescription, s)
 		if code, done := parseFlags(fs, args); done {

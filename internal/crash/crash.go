@@ -23,8 +23,16 @@ const (
 	ConfirmAfterCommit  = "confirm.after_commit"
 )
 
-// Points lists every crash point.
+// Points lists every crash point a worker reaches.
 var Points = []string{IntakeBeforeCommit, IntakeAfterCommit, SendBeforeBank, SendAfterBank, SendAfterCommit, ConfirmBeforeCommit, ConfirmAfterCommit}
+
+// The crash points of `settle statement import`: after a file's statements
+// and entries are written and matched, just before and just after its
+// transaction commits. No worker reaches them, so they are not in Points.
+const (
+	StatementBeforeCommit = "statement.before_commit"
+	StatementAfterCommit  = "statement.after_commit"
+)
 
 var (
 	once  sync.Once

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/settle/settle/internal/cli"
+	"github.com/settle/settle/internal/database"
+	"github.com/settle/settle/reconcile"
+)
+
+// importCmd is `settle statement import`. dbURL, when set, is used instead
+// of DATABASE_URL or the embedded default (tests pass it).
+type importCmd struct {
+	s     Stdio
+	dbURL string
+}
+
+// importRefusal is a file that could not be imported.
+type importRefusal struct {
+	File  string `json:"file"`
+	Error string `json:"error"`
+}
+
+func (c *importCmd) run(ctx context.Context, args []string) int {
+	fs := newFlagSet("statement import", "FILE... [--json]", `
+Import bank statement files (camt.053, camt.054, BAI2, MT940; detected from the
+content) into the database, each in one transaction, and match their lines to
+settlements by the reference settle sent the bank, through batches. A file is
+known by the SHA-256 of its bytes: importing it again, under any name, changes
+nothing and says so. Lines that no settlement explains are kept and listed,
+with a suggestion (same amount and currency, close date) where there is one;
+a suggestion is never a match. Returns and reversals of settled payouts are
+listed (settle reconcile bank --statements reports them as returned). A file
+that is not a valid statement is refused whole: nothing of it is stored.
+FILE - reads standard input.
+
+Exit status: 0 imported (or imported before), everything matched; 1 lines
+unmatched, returns, or a statement that does not balance; 2 a file could not
+be imported (the others are) or the database is unreachable.`, c.s)
+	asJSON := fs.Bool("json", false, `print {"files":[{"file","digest","format","imported","imported_as","imported_at","statements","entries","lines","matched","suggested","unmatched","returns","unbalanced","unmatched_entries":[...],"returned":[...],"balance_breaks":[...]}],"refused":[{"file","error"}]}`)
+	limit := fs.Int("limit", 20, "lines printed per list in the table (--json lists up to 1000 per file; settle reconcile bank --statements lists all)")
+	files, code, done := parseArgs(fs, args)
+	if done {
+		return code
+	}
+	if len(files) == 0 {
+		fmt.Fprintln(c.s.Err, "settle statement import: no FILE given (see settle statement import --help)")
+		return exitError
+	}
+	pool := c.open(ctx)
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	im := &reconcile.StatementImporter{DB: pool}
+
+	code = exitOK
+	results := []reconcile.ImportResult{}
+	refused := []importRefusal{}
+	for _, name := range files {
+		var bar *cli.Bar
+		started := false
+		im.Progress = func(n int64) {
+			if !started {
+				bar, started = cli.NewBar(c.s.Err, -1, "importing "+name), true
+			}
+			bar.Set(n)
+		}
+		res, err := c.importOne(ctx, im, name)
+		bar.Finish()
+		if err != nil {
+			msg := oneLine(err)
+			fmt.Fprintf(c.s.Err, "settle statement import: %s\n", msg)
+			refused = append(refused, importRefusal{File: name, Error: msg})
+			code = exitError
+			continue
+		}
+		results = append(results, res)
+		if res.Findings() && code == exitOK {
+			code = exitFindings
+		}
+		if !*asJSON {
+			printImport(c.s.Out, res, *limit)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(c.s.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			Files   []reconcile.ImportResult `json:"files"`
+			Refused []importRefusal          `json:"refused"`
+		}{results, refused}); err != nil {
+			fmt.Fprintf(c.s.Err, "settle statement import: %v\n", err)
+			return exitError
+		}
+	}
+	return code
+}
+
+// importOne imports one file; "-" is standard input, copied to a temporary
+// file first (the importer reads a file twice: to hash it, then to parse it).
+func (c *importCmd) importOne(ctx context.Context, im *reconcile.StatementImporter, name string) (reconcile.ImportResult, error) {
+	if name != "-" {
+		return im.ImportFile(ctx, name)
+	}
+	tmp, err := os.CreateTemp("", "settle-statement-*")
+	if err != nil {
+		return reconcile.ImportResult{}, fmt.Errorf("error buffering standard input: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if _, err := io.Copy(tmp, c.s.In); err != nil {
+		return reconcile.ImportResult{}, fmt.Errorf("error reading standard input: %w", err)
+	}
+	return im.Import(ctx, "-", tmp)
+}
+
+// open connects to the database and checks that it answers.
+func (c *importCmd) open(ctx context.Context) *pgxpool.Pool {
+	o := database.PoolOptions{MaxConns: 2, ApplicationName: "settle statement import"}
+	var pool *pgxpool.Pool
+	if c.dbURL != "" {
+		var err error
+		if pool, err = database.Connect(ctx, c.dbURL, o); err != nil {
+			fmt.Fprintf(c.s.Err, "settle statement import: %s\n", oneLine(err))
+			return nil
+		}
+	} else if pool, _ = openDB(ctx, c.s, o); pool == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		fmt.Fprintf(c.s.Err, "settle statement import: database unreachable: %s\n", oneLine(err))
+		return nil
+	}
+	return pool
+}
+
+// oneLine is err's text on one line (pgx joins the errors of several
+// addresses with newlines).
+func oneLine(err error) string {
+	return strings.NewReplacer("\n\t", "; ", "\n", "; ").Replace(strings.TrimSpace(err.Error()))
+}
+
+// printImport writes what importing one file did, for people.
+func printImport(w io.Writer, r reconcile.ImportResult, limit int) {
+	what := "imported"
+	if !r.Imported {
+		what = fmt.Sprintf("already imported on %s as %s: nothing changed", r.ImportedAt.UTC().Format(time.RFC3339), r.ImportedAs)
+	}
+	fmt.Fprintf(w, "%s: %s, %s (%s)\n", r.File, what, r.Format, r.Digest)
+	fmt.Fprintf(w, "  %d statements, %d entries, %d lines: %d matched, %d unmatched (%d with a suggestion), %d returns, %d statements that do not balance\n",
+		r.Statements, r.Entries, r.Lines, r.Matched, r.Unmatched, r.Suggested, r.Returns, r.Unbalanced)
+	printLines(w, "unmatched", r.UnmatchedEntries, r.Unmatched, limit)
+	printLines(w, "returned", r.Returned, r.Returns, limit)
+	if len(r.BalanceBreaks) > 0 {
+		fmt.Fprintf(w, "\n  statements that do not balance (%d)\n", r.Unbalanced)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  STATEMENT\tACCOUNT\tOPENING\tCREDITS\tDEBITS\tCLOSING\tDIFFERENCE")
+		for _, b := range r.BalanceBreaks {
+			ccy := deref(b.Currency)
+			diff := "?"
+			if b.DifferenceMinor != nil {
+				diff = formatMinor(*b.DifferenceMinor, ccy)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortDigest(b.Statement), orDash(deref(b.Account)),
+				formatMinor(b.OpeningMinor, ccy), formatMinor(b.CreditsMinor, ccy), formatMinor(b.DebitsMinor, ccy),
+				formatMinor(b.ClosingMinor, ccy), diff)
+		}
+		_ = tw.Flush()
+	}
+	fmt.Fprintln(w)
+}
+
+// printLines writes up to limit statement lines under a title.
+func printLines(w io.Writer, title string, lines []reconcile.StatementLine, total int64, limit int) {
+	if total == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n  %s (%d)\n", title, total)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ENTRY\tACCOUNT\tBOOKED\tDIRECTION\tAMOUNT\tENTRY REF\tREFERENCE\tSETTLEMENT\tNOTE")
+	n := 0
+	for _, l := range lines {
+		if limit > 0 && n >= limit {
+			break
+		}
+		n++
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", lineWhere(l), orDash(deref(l.Account)), orDash(deref(l.BookedOn)),
+			l.Direction, lineAmount(l), orDash(deref(l.EntryRef)), orDash(deref(l.EndToEndID)), orDash(deref(l.SettlementID)), lineNote(l))
+	}
+	_ = tw.Flush()
+	if int64(n) < total {
+		fmt.Fprintf(w, "  … and %d more (--json, or settle reconcile bank --statements --json, lists them)\n", total-int64(n))
+	}
+}
+
+// lineWhere says where a line is: statement n, entry p, detail i of k.
+func lineWhere(l reconcile.StatementLine) string {
+	_, seq, _ := strings.Cut(l.Statement, "/")
+	s := fmt.Sprintf("%s.%d", seq, l.Position)
+	if l.TxCount > 1 {
+		s += fmt.Sprintf(" (%d of %d)", l.TxIndex, l.TxCount)
+	}
+	return s
+}
+
+func lineAmount(l reconcile.StatementLine) string {
+	if l.AmountMinor == nil {
+		return "? " + l.Currency
+	}
+	return formatMinor(*l.AmountMinor, l.Currency) + " " + l.Currency
+}
+
+func lineNote(l reconcile.StatementLine) string {
+	var notes []string
+	if l.Reversal {
+		notes = append(notes, "reversal")
+	}
+	if l.ReturnReason != nil {
+		notes = append(notes, "return "+*l.ReturnReason)
+	}
+	if l.SuggestedSettlementID != "" {
+		notes = append(notes, "suggested: "+l.SuggestedSettlementID+" ("+l.Suggestion+")")
+	}
+	return orDash(strings.Join(notes, "; "))
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// shortDigest shortens sha256:<64 hex>/n to sha256:<12 hex>…/n.
+func shortDigest(d string) string {
+	if len(d) > 7+12 && strings.HasPrefix(d, "sha256:") {
+		rest := d[7:]
+		tail := ""
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			rest, tail = rest[:i], rest[i:]
+		}
+		if len(rest) > 12 {
+			return "sha256:" + rest[:12] + "…" + tail
+		}
+	}
+	return d
+}

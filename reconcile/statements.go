@@ -1,0 +1,470 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/settle/settle/internal/crash"
+	"github.com/settle/settle/statement"
+)
+
+// ErrSchemaNotCurrent: the database lacks the statement tables (migration
+// 0005): run settle migrate.
+var ErrSchemaNotCurrent = errors.New("the database schema is not current (run settle migrate)")
+
+// Defaults of StatementImporter.
+const (
+	DefaultMaxListed  = 1000
+	importCopyBatch   = 1000
+	importStageTable  = "settle_import_lines"
+	importSessionWait = "15min"
+)
+
+// StatementImporter stores bank statement files (DESIGN section 14) in
+// bank_statement_files, bank_statements and bank_statement_entries, each
+// file exactly once, and matches their lines to settlements.
+//
+// # Exactly once
+//
+// A file is keyed by the sha256 of its bytes. Its import is one
+// transaction that first inserts the file's row ON CONFLICT (digest) DO
+// NOTHING: a second import of the same bytes, later or at the same time,
+// finds the row (waiting for the first transaction to commit or roll back
+// if it has to) and stores nothing. The statements and their lines are
+// written in the same transaction, so a crash or a refusal in the middle
+// leaves nothing of the file.
+//
+// # Matching
+//
+// A line matches a settlement when its end-to-end reference is the
+// reference settle sent the bank for it (referenceMatchSQL, the one place
+// that says what that is), through batches: each transaction detail of a
+// batch entry is matched on its own. A line with no such reference may get
+// a suggestion (a settlement with its amount, currency and a close date),
+// which is shown and never counted as a match. Returns and reversals of
+// matched payouts are listed; they do not change any settlement here (the
+// return flow, DESIGN section 15, is not built yet).
+//
+// # Memory stays flat
+//
+// The file is read twice: once to hash it, once by statement.Decoder, a
+// stream; lines are copied to a temporary table in batches and matched by
+// one INSERT … SELECT, so the process holds one batch at a time.
+type StatementImporter struct {
+	// DB is the database (required).
+	DB *pgxpool.Pool
+	// MaxListed bounds each list of an ImportResult. Default
+	// DefaultMaxListed; `settle reconcile bank --statements` lists all.
+	MaxListed int
+	// Progress, when set, is called with the number of entries read so
+	// far, every few thousand entries.
+	Progress func(entries int64)
+	// Log receives one event per file. Default: discard.
+	Log *slog.Logger
+}
+
+// ImportResult is what importing one file did or, when the same bytes had
+// been imported before, what that earlier import did.
+type ImportResult struct {
+	File   string           `json:"file"`
+	Digest string           `json:"digest"`
+	Format statement.Format `json:"format"`
+	// Imported is false when the same bytes were imported before: nothing
+	// changed, and the figures are those of the earlier import, done at
+	// ImportedAt under the name ImportedAs.
+	Imported   bool      `json:"imported"`
+	ImportedAs string    `json:"imported_as"`
+	ImportedAt time.Time `json:"imported_at"`
+	Statements int       `json:"statements"`
+	Entries    int64     `json:"entries"`
+	// Lines counts transaction details (an entry without details is one
+	// line); Matched those matched to a settlement by their reference,
+	// Suggested those with a suggestion only, Unmatched every line without
+	// a match (the suggested ones included).
+	Lines     int64 `json:"lines"`
+	Matched   int64 `json:"matched"`
+	Suggested int64 `json:"suggested"`
+	Unmatched int64 `json:"unmatched"`
+	// Returns counts the matched lines that bring a payout back (returns
+	// and reversals); Unbalanced the statements that do not balance.
+	Returns    int64 `json:"returns"`
+	Unbalanced int   `json:"unbalanced"`
+	// The lines and statements behind the counts, at most MaxListed each,
+	// in file order.
+	UnmatchedEntries []StatementLine `json:"unmatched_entries"`
+	Returned         []StatementLine `json:"returned"`
+	BalanceBreaks    []BalanceBreak  `json:"balance_breaks"`
+}
+
+// Findings reports whether the file holds something an operator must look
+// at: lines no settlement explains, returns, statements that do not balance.
+func (r ImportResult) Findings() bool {
+	return r.Unmatched > 0 || r.Returns > 0 || r.Unbalanced > 0
+}
+
+// Digest returns the file digest of r's bytes as stored:
+// "sha256:" and the hex of their SHA-256, and how many bytes were read.
+func Digest(r io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return "", n, err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// ImportFile imports the file at path (see Import).
+func (im *StatementImporter) ImportFile(ctx context.Context, path string) (ImportResult, error) {
+	f, err := openFile(path)
+	if err != nil {
+		return ImportResult{}, err
+	}
+	defer f.Close()
+	return im.Import(ctx, path, f)
+}
+
+// openFile opens the file the operator named.
+func openFile(path string) (*os.File, error) {
+	return os.Open(path) //nolint:gosec // the operator names the file to import
+}
+
+// Import stores the statement file r, read from its start (name names it
+// in the result and in errors), in one transaction, unless the same bytes were imported before.
+// A file that is not a statement, or is malformed, is refused with the
+// parser's *statement.Error and nothing is stored.
+func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadSeeker) (ImportResult, error) {
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return ImportResult{}, fmt.Errorf("error reading %s: %w", name, err)
+	}
+	digest, size, err := Digest(r)
+	if err != nil {
+		return ImportResult{}, fmt.Errorf("error reading %s: %w", name, err)
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return ImportResult{}, fmt.Errorf("error reading %s: %w", name, err)
+	}
+	// The format is detected, and a file that is no statement refused,
+	// before the database is touched.
+	dec, err := statement.NewDecoder(name, r)
+	if err != nil {
+		return ImportResult{}, err
+	}
+	var res ImportResult
+	err = pgx.BeginFunc(ctx, im.DB, func(tx pgx.Tx) error {
+		for _, sql := range []string{
+			// A second import of the same file waits for the first to end.
+			"SET LOCAL lock_timeout = '" + importSessionWait + "'",
+			"SET LOCAL statement_timeout = '" + importSessionWait + "'",
+			"SET LOCAL idle_in_transaction_session_timeout = '" + importSessionWait + "'",
+		} {
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("error preparing the import: %w", err)
+			}
+		}
+		var fileID int64
+		err := tx.QueryRow(ctx, `INSERT INTO bank_statement_files (digest, file_name, format, size_bytes)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (digest) DO NOTHING RETURNING id`,
+			digest, clean(name), string(dec.Format()), size).Scan(&fileID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Imported before (or just now by another process): report
+			// that import, change nothing.
+			if err := tx.QueryRow(ctx, "SELECT id FROM bank_statement_files WHERE digest = $1", digest).Scan(&fileID); err != nil {
+				return fmt.Errorf("error reading the earlier import of %s: %w", name, err)
+			}
+			res, err = im.result(ctx, tx, fileID)
+			res.File = name
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("error recording %s: %w", name, err)
+		}
+		if err := im.store(ctx, tx, fileID, digest, dec); err != nil {
+			return err
+		}
+		if res, err = im.result(ctx, tx, fileID); err != nil {
+			return err
+		}
+		res.File, res.Imported = name, true
+		crash.Point(crash.StatementBeforeCommit)
+		return nil
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable {
+		return ImportResult{}, fmt.Errorf("%w: %w", ErrSchemaNotCurrent, err)
+	}
+	if err != nil {
+		return ImportResult{}, err
+	}
+	if res.Imported {
+		crash.Point(crash.StatementAfterCommit)
+	}
+	im.log().Info("statement import", "file", name, "digest", digest, "format", res.Format, "imported", res.Imported,
+		"statements", res.Statements, "entries", res.Entries, "matched", res.Matched, "unmatched", res.Unmatched,
+		"returns", res.Returns, "unbalanced", res.Unbalanced)
+	return res, nil
+}
+
+func (im *StatementImporter) log() *slog.Logger {
+	if im.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return im.Log
+}
+
+// store decodes the file into the temporary table, inserts its statements
+// as they end, then its lines, matched, and the suggestions.
+func (im *StatementImporter) store(ctx context.Context, tx pgx.Tx, fileID int64, digest string, dec *statement.Decoder) error {
+	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+importStageTable+` (
+		stmt_seq integer NOT NULL, position integer NOT NULL, tx_index integer NOT NULL, tx_count integer NOT NULL,
+		entry_ref text, entry_amount_minor bigint NOT NULL, amount_minor bigint, currency text NOT NULL,
+		direction text NOT NULL, booked_on date, value_on date, end_to_end_id text, reversal boolean NOT NULL,
+		return_reason text) ON COMMIT DROP`); err != nil {
+		return fmt.Errorf("error preparing the import: %w", err)
+	}
+	h := &importHandler{ctx: ctx, tx: tx, im: im, fileID: fileID, digest: digest, format: dec.Format()}
+	if err := dec.Decode(h); err != nil {
+		return err
+	}
+	if err := h.flush(); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, insertLinesSQL, fileID); err != nil {
+		return fmt.Errorf("error storing the entries: %w", err)
+	}
+	if _, err := tx.Exec(ctx, suggestSQL, fileID); err != nil {
+		return fmt.Errorf("error looking for suggestions: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE bank_statement_files SET statements = $2, entries = $3 WHERE id = $1`,
+		fileID, h.seq, h.entries); err != nil {
+		return fmt.Errorf("error recording the import: %w", err)
+	}
+	return nil
+}
+
+// insertLinesSQL moves the staged lines into bank_statement_entries and
+// matches each to a settlement in the same statement.
+//
+// The join ON s.settlement_id = l.end_to_end_id is the one place that says
+// which settlement a statement line belongs to: the reference settle sent
+// the bank (bankclient.PaymentRequest.Reference) is the settlement id
+// today. When settlements.bank_reference lands (DESIGN section 13: a short
+// form where the bank limits references), this condition, and nothing else,
+// becomes coalesce(s.bank_reference, s.settlement_id) = l.end_to_end_id
+// (bank_reference must then be unique, and indexed as that expression).
+const insertLinesSQL = `
+	INSERT INTO bank_statement_entries (statement_id, position, tx_index, tx_count, entry_ref, entry_amount_minor,
+		amount_minor, currency, direction, booked_on, value_on, end_to_end_id, reversal, return_reason,
+		settlement_id, match)
+	SELECT st.id, l.position, l.tx_index, l.tx_count, l.entry_ref, l.entry_amount_minor,
+	       l.amount_minor, l.currency, l.direction, l.booked_on, l.value_on, l.end_to_end_id, l.reversal, l.return_reason,
+	       s.settlement_id, CASE WHEN s.settlement_id IS NULL THEN 'none' ELSE 'reference' END
+	FROM ` + importStageTable + ` l
+	JOIN bank_statements st ON st.file_id = $1 AND st.seq = l.stmt_seq
+	LEFT JOIN settlements s ON s.settlement_id = l.end_to_end_id
+	ORDER BY l.stmt_seq, l.position, l.tx_index`
+
+// suggestSQL proposes, for each line of the file without a reference
+// match, the settlement it most likely is: a debit (not a reversal) for a
+// settlement that may have been paid (sent, uncertain, confirmed,
+// returned), booked within 10 days of the settlement's creation; a credit
+// for a paid one (confirmed, returned), within 90 days (returns come
+// weeks later); same amount and currency; a settlement that already has a
+// line of that direction matched by reference is no candidate. The
+// closest date wins, then the smallest id. Counterparty names are not
+// compared: the parsers do not read them yet.
+const suggestSQL = `
+	WITH cand AS (
+		SELECT DISTINCT ON (e.id) e.id, s.settlement_id, count(*) OVER (PARTITION BY e.id) AS n
+		FROM bank_statement_entries e
+		JOIN bank_statements st ON st.id = e.statement_id
+		JOIN settlements s ON s.amount_cents = e.amount_minor AND s.currency = e.currency
+		WHERE st.file_id = $1 AND e.match = 'none'
+		  AND ((e.direction = 'debit' AND NOT e.reversal AND s.state IN ('sent', 'uncertain', 'confirmed', 'returned')
+		        AND (e.booked_on IS NULL OR e.booked_on BETWEEN (s.created_at AT TIME ZONE 'UTC')::date - 1
+		                                                    AND (s.created_at AT TIME ZONE 'UTC')::date + 10))
+		    OR (e.direction = 'credit' AND s.state IN ('confirmed', 'returned')
+		        AND (e.booked_on IS NULL OR e.booked_on BETWEEN (s.created_at AT TIME ZONE 'UTC')::date - 1
+		                                                    AND (s.created_at AT TIME ZONE 'UTC')::date + 90)))
+		  AND NOT EXISTS (SELECT 1 FROM bank_statement_entries m
+		                  WHERE m.settlement_id = s.settlement_id AND m.direction = e.direction)
+		ORDER BY e.id, abs(coalesce(e.booked_on - (s.created_at AT TIME ZONE 'UTC')::date, 0)), s.settlement_id
+	)
+	UPDATE bank_statement_entries e
+	SET match = 'suggested', suggested_settlement_id = cand.settlement_id,
+	    suggestion = CASE WHEN cand.n = 1 THEN 'the only settlement with this amount and currency around this date'
+	                      ELSE 'one of ' || cand.n || ' settlements with this amount and currency around this date' END
+	FROM cand WHERE e.id = cand.id`
+
+// importHandler receives the decoded file and stages its lines.
+type importHandler struct {
+	ctx     context.Context
+	tx      pgx.Tx
+	im      *StatementImporter
+	fileID  int64
+	digest  string
+	format  statement.Format
+	seq     int // statements ended so far
+	pos     int // entries of the current statement so far
+	entries int64
+	rows    [][]any
+}
+
+var stageColumns = []string{"stmt_seq", "position", "tx_index", "tx_count", "entry_ref", "entry_amount_minor",
+	"amount_minor", "currency", "direction", "booked_on", "value_on", "end_to_end_id", "reversal", "return_reason"}
+
+func (h *importHandler) Entry(_ *statement.Statement, e statement.Entry) error {
+	h.pos++
+	h.entries++
+	booked, err := date(e.BookedOn)
+	if err != nil {
+		return err
+	}
+	value, err := date(e.ValueOn)
+	if err != nil {
+		return err
+	}
+	row := func(i, n int, ref string, amount *int64, reason string) []any {
+		return []any{h.seq + 1, h.pos, i, n, nullText(e.EntryRef), e.AmountMinor, amount, e.Currency,
+			string(e.Direction), booked, value, nullText(ref), e.Reversal, nullText(reason)}
+	}
+	if len(e.Transactions) == 0 {
+		amount := e.AmountMinor
+		h.rows = append(h.rows, row(1, 0, "", &amount, e.ReturnReason))
+	}
+	for i, t := range e.Transactions {
+		h.rows = append(h.rows, row(i+1, len(e.Transactions), t.Reference, t.AmountMinor, t.ReturnReason))
+	}
+	if len(h.rows) >= importCopyBatch {
+		if err := h.flush(); err != nil {
+			return err
+		}
+	}
+	if h.im.Progress != nil && h.entries%4096 == 0 {
+		h.im.Progress(h.entries)
+	}
+	return nil
+}
+
+func (h *importHandler) EndStatement(st *statement.Statement) error {
+	h.seq++
+	_, err := h.tx.Exec(h.ctx, `INSERT INTO bank_statements (file_id, seq, digest, format, account, currency,
+		opening_minor, closing_minor, balanced, entries) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		h.fileID, h.seq, h.digest+"/"+strconv.Itoa(h.seq), string(h.format), nullText(st.Account), nullText(st.Currency),
+		st.OpeningMinor, st.ClosingMinor, st.Balanced, h.pos)
+	if err != nil {
+		return fmt.Errorf("error storing statement %d: %w", h.seq, err)
+	}
+	h.pos = 0
+	return nil
+}
+
+func (h *importHandler) flush() error {
+	if len(h.rows) == 0 {
+		return nil
+	}
+	if _, err := h.tx.CopyFrom(h.ctx, pgx.Identifier{importStageTable}, stageColumns, pgx.CopyFromRows(h.rows)); err != nil {
+		return fmt.Errorf("error storing the entries: %w", err)
+	}
+	h.rows = h.rows[:0]
+	return nil
+}
+
+// date turns the parser's YYYY-MM-DD (already checked) into a SQL date.
+func date(s string) (pgtype.Date, error) {
+	if s == "" {
+		return pgtype.Date{}, nil
+	}
+	t, err := time.Parse(time.DateOnly, s)
+	if err != nil {
+		return pgtype.Date{}, fmt.Errorf("error reading date %q: %w", s, err)
+	}
+	return pgtype.Date{Time: t, Valid: true}, nil
+}
+
+// clean makes s storable as PostgreSQL text: no NUL bytes, valid UTF-8
+// (a line-format file may carry bytes of another encoding; such a
+// reference cannot be a settlement id, which is always valid UTF-8).
+func clean(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "")
+	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return s
+}
+
+// nullText is s cleaned, or SQL NULL when s is empty.
+func nullText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	c := clean(s)
+	return &c
+}
+
+// result reads what the import of file id stored.
+func (im *StatementImporter) result(ctx context.Context, q rowQuerier, id int64) (ImportResult, error) {
+	limit := im.MaxListed
+	if limit <= 0 {
+		limit = DefaultMaxListed
+	}
+	res := ImportResult{UnmatchedEntries: []StatementLine{}, Returned: []StatementLine{}, BalanceBreaks: []BalanceBreak{}}
+	var format string
+	err := q.QueryRow(ctx, `SELECT digest, file_name, format, imported_at, statements, entries,
+		(SELECT count(*) FROM bank_statements st WHERE st.file_id = f.id AND st.balanced = false)
+		FROM bank_statement_files f WHERE id = $1`, id).
+		Scan(&res.Digest, &res.ImportedAs, &format, &res.ImportedAt, &res.Statements, &res.Entries, &res.Unbalanced)
+	if err != nil {
+		return res, fmt.Errorf("error reading the import: %w", err)
+	}
+	res.Format = statement.Format(format)
+	err = q.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE e.match = 'reference'),
+		count(*) FILTER (WHERE e.match = 'suggested'), count(*) FILTER (WHERE e.match <> 'reference'),
+		count(*) FILTER (WHERE e.match = 'reference' AND e.direction = 'credit')
+		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id WHERE st.file_id = $1`, id).
+		Scan(&res.Lines, &res.Matched, &res.Suggested, &res.Unmatched, &res.Returns)
+	if err != nil {
+		return res, fmt.Errorf("error counting the import's lines: %w", err)
+	}
+	from := ` FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
+		JOIN bank_statement_files f ON f.id = st.file_id WHERE st.file_id = $1 AND `
+	order := ` ORDER BY st.seq, e.position, e.tx_index LIMIT $2`
+	err = eachLine(ctx, q, lineSelect+from+"e.settlement_id IS NULL"+order, []any{id, limit}, func(l StatementLine) error {
+		res.UnmatchedEntries = append(res.UnmatchedEntries, l)
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("error listing unmatched lines: %w", err)
+	}
+	err = eachLine(ctx, q, lineSelect+from+"e.settlement_id IS NOT NULL AND e.direction = 'credit'"+order, []any{id, limit},
+		func(l StatementLine) error {
+			res.Returned = append(res.Returned, l)
+			return nil
+		})
+	if err != nil {
+		return res, fmt.Errorf("error listing returns: %w", err)
+	}
+	err = eachBalanceBreak(ctx, q, balanceBreakSelect+" AND st.file_id = $1 ORDER BY st.seq LIMIT $2", []any{id, limit},
+		func(b BalanceBreak) error {
+			res.BalanceBreaks = append(res.BalanceBreaks, b)
+			return nil
+		})
+	return res, err
+}
