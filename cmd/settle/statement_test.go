@@ -122,7 +122,7 @@ func TestStatementParseExitCodes(t *testing.T) {
 		{"one bad file of two", inexact, []string{"parse", "--json", statementFixture("camt053_v02.xml"), "-"}, exitError,
 			[]string{`"format":"camt.053"`}, []string{"-: line 3"}},
 		{"no file", "", []string{"parse"}, exitError, nil, []string{"no FILE"}},
-		{"import", "", []string{"import", statementFixture("camt053_v02.xml")}, exitError, nil, []string{"not yet implemented"}},
+		{"import without a file", "", []string{"import"}, exitError, nil, []string{"no FILE"}},
 		{"unknown form", "", []string{"frobnicate"}, exitError, nil, []string{`unknown form "frobnicate"`}},
 		{"help", "", []string{"parse", "--help"}, exitOK, []string{"Usage: settle statement parse", "-json"}, nil},
 	} {
