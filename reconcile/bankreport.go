@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,22 @@ const (
 	// ClassBankFailedUnknown: the bank holds a failed or returned payment
 	// for an id we have no settlement for. Nothing moved; counted only.
 	ClassBankFailedUnknown Class = "bank_failed_unknown"
+
+	// The classes of the report against imported statements
+	// (StatementReporter) only.
+
+	// ClassReturned: the statements bring a confirmed settlement's payout
+	// back (a return or a reversal) and the ledger has not reversed it.
+	ClassReturned Class = "returned"
+	// ClassReturnedAgreed: returned here, with its reversal, and the
+	// statements show the return (or nothing). Counted only.
+	ClassReturnedAgreed Class = "returned_agreed"
+	// ClassUnmatchedEntries counts statement lines no settlement explains
+	// (each booking once, however many files show it).
+	ClassUnmatchedEntries Class = "unmatched_entries"
+	// ClassBalanceBreaks counts statements whose opening balance plus
+	// their entries is not their closing balance.
+	ClassBalanceBreaks Class = "balance_breaks"
 )
 
 // BreakClasses are the classes the report lists one by one, in the order it
@@ -57,20 +74,36 @@ const (
 var BreakClasses = []Class{ClassMissingInLedger, ClassMissingAtBank, ClassAmountMismatch,
 	ClassStatusMismatch, ClassDuplicateAtBank, ClassUnresolved}
 
+// StatementBreakClasses are the classes the report against imported
+// statements lists one by one, in the order it lists them; its lists of
+// unmatched entries and balance breaks follow.
+var StatementBreakClasses = []Class{ClassMissingInLedger, ClassMissingAtBank, ClassAmountMismatch,
+	ClassStatusMismatch, ClassDuplicateAtBank, ClassReturned, ClassUnresolved}
+
 // Discrepancy reports whether c is a break between the ledger and the bank
 // (unresolved is not one).
 func (c Class) Discrepancy() bool {
 	switch c {
-	case ClassMissingInLedger, ClassMissingAtBank, ClassAmountMismatch, ClassStatusMismatch, ClassDuplicateAtBank:
+	case ClassMissingInLedger, ClassMissingAtBank, ClassAmountMismatch, ClassStatusMismatch, ClassDuplicateAtBank,
+		ClassReturned, ClassUnmatchedEntries, ClassBalanceBreaks:
 		return true
 	}
 	return false
 }
 
+// Sources of a report: the bank's API (BankReporter) or the statements
+// imported from the bank's files (StatementReporter).
+const (
+	SourceBank       = "bank"
+	SourceStatements = "statements"
+)
+
 // BankCounts are the totals of a report, known before the first break is
 // streamed.
 type BankCounts struct {
-	// ByClass counts every class, 0 included.
+	// Source is SourceBank or SourceStatements.
+	Source string `json:"source"`
+	// ByClass counts every class of the report's source, 0 included.
 	ByClass map[Class]int64 `json:"by_class"`
 	// Settlements is how many settlements the ledger holds.
 	Settlements int64 `json:"settlements"`
@@ -81,6 +114,12 @@ type BankCounts struct {
 	Rechecked int64 `json:"rechecked"`
 	// AsOf is when the ledger's snapshot was taken.
 	AsOf time.Time `json:"as_of"`
+	// With SourceStatements: how many files, statements and lines were
+	// imported, and when the last file was.
+	StatementFiles int64     `json:"statement_files,omitempty"`
+	Statements     int64     `json:"statements,omitempty"`
+	StatementLines int64     `json:"statement_lines,omitempty"`
+	LastImportAt   time.Time `json:"last_import_at,omitzero"`
 }
 
 // Discrepancies is the number of breaks, unresolved settlements excluded.
@@ -108,11 +147,18 @@ type Break struct {
 	InvestigationReason string `json:"investigation_reason,omitempty"`
 	// Since is when an unresolved settlement entered its state.
 	Since *time.Time `json:"since,omitempty"`
-	// Movement is the ledger movement; nil when there is none.
+	// Movement is the ledger movement (the payout); nil when there is none.
 	Movement *BreakMovement `json:"movement"`
+	// Reversal is the reversing movement of a returned settlement (the
+	// report against statements only).
+	Reversal *BreakMovement `json:"reversal_movement,omitempty"`
 	// BankPayments are the payments the bank holds for the id, in the
-	// bank's order (empty when none).
-	BankPayments []BankPayment `json:"bank_payments"`
+	// bank's order (empty when none). Nil, and absent from the JSON, in
+	// the report against statements.
+	BankPayments []BankPayment `json:"bank_payments,omitzero"`
+	// StatementEntries are the imported statement lines matched to the id
+	// (the report against statements only: empty when none).
+	StatementEntries []StatementLine `json:"statement_entries,omitzero"`
 	// Reason says in words what is wrong.
 	Reason string `json:"reason"`
 }
@@ -140,20 +186,44 @@ type BankSink interface {
 	Break(Break) error
 }
 
-// BankReport is a whole report held in memory: a BankSink for tests and for
-// callers that know the report is small.
+// StatementSink receives the report against imported statements: what a
+// BankSink receives (the breaks in the order of StatementBreakClasses),
+// then every unmatched entry, then every statement that does not balance.
+type StatementSink interface {
+	BankSink
+	UnmatchedEntry(StatementLine) error
+	BalanceBreak(BalanceBreak) error
+}
+
+// BankReport is a whole report held in memory: a BankSink and a
+// StatementSink for tests and for callers that know the report is small.
 type BankReport struct {
 	BankCounts
-	Breaks map[Class][]Break
+	Breaks        map[Class][]Break
+	Unmatched     []StatementLine
+	BalanceBreaks []BalanceBreak
 }
 
 // Counts implements BankSink.
 func (r *BankReport) Counts(c BankCounts) error {
 	r.BankCounts = c
 	r.Breaks = map[Class][]Break{}
-	for _, cl := range BreakClasses {
+	for _, cl := range slices.Concat(BreakClasses, StatementBreakClasses) {
 		r.Breaks[cl] = []Break{}
 	}
+	r.Unmatched, r.BalanceBreaks = []StatementLine{}, []BalanceBreak{}
+	return nil
+}
+
+// UnmatchedEntry implements StatementSink.
+func (r *BankReport) UnmatchedEntry(l StatementLine) error {
+	r.Unmatched = append(r.Unmatched, l)
+	return nil
+}
+
+// BalanceBreak implements StatementSink.
+func (r *BankReport) BalanceBreak(b BalanceBreak) error {
+	r.BalanceBreaks = append(r.BalanceBreaks, b)
 	return nil
 }
 
@@ -269,7 +339,7 @@ func (r *BankReporter) Run(ctx context.Context, sink BankSink) (BankCounts, erro
 		}
 	}
 
-	counts := BankCounts{ByClass: map[Class]int64{}}
+	counts := BankCounts{Source: SourceBank, ByClass: map[Class]int64{}}
 	if counts.BankPayments, err = r.loadStatement(ctx, conn.Conn()); err != nil {
 		return BankCounts{}, err
 	}
@@ -605,4 +675,7 @@ func (b Break) explain() string {
 	return string(b.Class)
 }
 
-var _ BankSink = (*BankReport)(nil)
+var (
+	_ BankSink      = (*BankReport)(nil)
+	_ StatementSink = (*BankReport)(nil)
+)

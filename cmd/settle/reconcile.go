@@ -38,6 +38,7 @@ Forms (each takes --json and --help):
   settle reconcile resolve ID|--all        ask the bank now and apply the answer (the
                                            reconcile job's own code)
   settle reconcile bank [--bank-url U]     the ledger against the bank's statement
+  settle reconcile bank --statements       the ledger against the imported bank statements
 
 Exit status:
   0  clean (list, show, conflicts: the answer was printed)
@@ -546,7 +547,7 @@ afterwards or does not exist, 2 when the bank or the database is unreachable.`, 
 // ---- bank ----
 
 func (c *reconcileCmd) bank(ctx context.Context, args []string) int {
-	fs := newFlagSet("reconcile bank", "[--bank-url U] [flags]", `
+	fs := newFlagSet("reconcile bank", "[--bank-url U | --statements] [flags]", `
 Reconciles the ledger with the bank's statement, matched on the business id
 (settlement_id here, the payment's reference at the bank), and classifies
 every break:
@@ -560,12 +561,27 @@ every break:
 Memory stays flat however many settlements: the statement is staged in a
 temporary table page by page and classified by PostgreSQL. Payments the
 statement may show older than the ledger are asked again by key first.
-Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable.`, c.s)
+
+With --statements, the bank is not asked: the same classes are computed
+against the bank statement files imported with settle statement import (their
+lines matched to settlements by reference; a booking shown by several files
+counts once), plus
+  returned            the statements bring a confirmed payout back (a return or
+                      a reversal) and the ledger has not reversed it
+  unmatched_entries   statement lines no settlement explains
+  balance_breaks      statements whose opening balance plus entries is not their
+                      closing balance
+A settlement confirmed after the last import is unresolved until a statement
+shows it.
+
+Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
+--statements: or no statement imported).`, c.s)
 	var bf bankFlags
 	bf.register(fs)
+	statements := fs.Bool("statements", false, "reconcile against the imported bank statements instead of the bank's API")
 	pageSize := fs.Int("page-size", reconcile.DefaultStatementPageSize, "statement page size asked of the bank")
 	limit := fs.Int("limit", 20, "rows printed per class in the table (--json lists all)")
-	asJSON := fs.Bool("json", false, `print {"matched":n,"missing_in_ledger":[...],"missing_at_bank":[...],"amount_mismatch":[...],"status_mismatch":[...],"duplicate_at_bank":[...],"unresolved":[...],...}`)
+	asJSON := fs.Bool("json", false, `print {"matched":n,"missing_in_ledger":[...],"missing_at_bank":[...],"amount_mismatch":[...],"status_mismatch":[...],"duplicate_at_bank":[...],"unresolved":[...],...} (with --statements also "returned","unmatched_entries","balance_breaks")`)
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -578,6 +594,9 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable.`, c.s)
 		return exitError
 	}
 	defer pool.Close()
+	if *statements {
+		return c.bankStatements(ctx, pool, *asJSON, *limit)
+	}
 	bank, err := bf.client(ctx)
 	if err != nil {
 		return c.fail(" bank", err)
@@ -629,6 +648,36 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable.`, c.s)
 	return exitOK
 }
 
+// bankStatements is `settle reconcile bank --statements`.
+func (c *reconcileCmd) bankStatements(ctx context.Context, pool *pgxpool.Pool, asJSON bool, limit int) int {
+	out := bufio.NewWriter(c.s.Out)
+	defer out.Flush()
+	var sink interface {
+		reconcile.StatementSink
+		Finish() error
+	}
+	if asJSON {
+		sink = reconcile.NewBankJSON(out)
+	} else {
+		sink = &bankTable{w: out, limit: limit}
+	}
+	counts, err := (&reconcile.StatementReporter{DB: pool, Now: c.now}).Run(ctx, sink)
+	if err == nil {
+		err = sink.Finish()
+	}
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
+		out.Flush()
+		return c.fail(" bank --statements", err)
+	}
+	if counts.Discrepancies() > 0 {
+		return exitFindings
+	}
+	return exitOK
+}
+
 // blockTable is an aligned table whose columns align within blocks of 500
 // rows, so that memory stays flat for a state holding millions.
 type blockTable struct {
@@ -665,6 +714,9 @@ type bankTable struct {
 
 func (t *bankTable) Counts(c reconcile.BankCounts) error {
 	t.counts = c
+	if c.Source == reconcile.SourceStatements {
+		return t.statementCounts(c)
+	}
 	fmt.Fprintf(t.w, "ledger vs bank as of %s: %d settlements, %d bank payments, %d rechecked by key\n\n",
 		c.AsOf.UTC().Format(time.RFC3339), c.Settlements, c.BankPayments, c.Rechecked)
 	tw := tabwriter.NewWriter(t.w, 0, 4, 2, ' ', 0)
@@ -684,6 +736,28 @@ func (t *bankTable) Counts(c reconcile.BankCounts) error {
 	return tw.Flush()
 }
 
+// statementCounts is Counts for the report against imported statements.
+func (t *bankTable) statementCounts(c reconcile.BankCounts) error {
+	fmt.Fprintf(t.w, "ledger vs imported statements as of %s: %d settlements; %d files, %d statements, %d lines, last imported %s\n\n",
+		c.AsOf.UTC().Format(time.RFC3339), c.Settlements, c.StatementFiles, c.Statements, c.StatementLines,
+		c.LastImportAt.UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(t.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLASS\tCOUNT\t")
+	fmt.Fprintf(tw, "matched\t%d\tconfirmed, one movement, paid once on the statements, same amount\n", c.ByClass[reconcile.ClassMatched])
+	for _, cl := range reconcile.StatementBreakClasses {
+		note := "discrepancy"
+		if !cl.Discrepancy() {
+			note = "not terminal, or not on a statement yet: not a discrepancy"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", cl, c.ByClass[cl], note)
+	}
+	fmt.Fprintf(tw, "%s\t%d\tstatement lines no settlement explains: discrepancy\n", reconcile.ClassUnmatchedEntries, c.ByClass[reconcile.ClassUnmatchedEntries])
+	fmt.Fprintf(tw, "%s\t%d\tstatements that do not add up: discrepancy\n", reconcile.ClassBalanceBreaks, c.ByClass[reconcile.ClassBalanceBreaks])
+	fmt.Fprintf(tw, "failed_agreed\t%d\tfailed here, not paid (or paid and returned) on the statements\n", c.ByClass[reconcile.ClassFailedAgreed])
+	fmt.Fprintf(tw, "returned_agreed\t%d\treturned here with its reversal\n", c.ByClass[reconcile.ClassReturnedAgreed])
+	return tw.Flush()
+}
+
 func (t *bankTable) endClass() {
 	if t.tw == nil {
 		return
@@ -695,13 +769,56 @@ func (t *bankTable) endClass() {
 	t.tw = nil
 }
 
+// startClass ends the table of the class before and opens that of cl.
+func (t *bankTable) startClass(cl reconcile.Class, header string) {
+	t.endClass()
+	t.cur, t.n = cl, 0
+	fmt.Fprintf(t.w, "\n%s (%d)\n", cl, t.counts.ByClass[cl])
+	t.tw = tabwriter.NewWriter(t.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(t.tw, header)
+}
+
+// UnmatchedEntry implements reconcile.StatementSink.
+func (t *bankTable) UnmatchedEntry(l reconcile.StatementLine) error {
+	if t.cur != reconcile.ClassUnmatchedEntries || t.tw == nil {
+		t.startClass(reconcile.ClassUnmatchedEntries, "FILE\tENTRY\tACCOUNT\tBOOKED\tDIRECTION\tAMOUNT\tENTRY REF\tREFERENCE\tNOTE")
+	}
+	if t.limit > 0 && t.n >= int64(t.limit) {
+		return nil
+	}
+	t.n++
+	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.File, lineWhere(l), orDash(deref(l.Account)),
+		orDash(deref(l.BookedOn)), l.Direction, lineAmount(l), orDash(deref(l.EntryRef)), orDash(deref(l.EndToEndID)), lineNote(l))
+	return nil
+}
+
+// BalanceBreak implements reconcile.StatementSink.
+func (t *bankTable) BalanceBreak(b reconcile.BalanceBreak) error {
+	if t.cur != reconcile.ClassBalanceBreaks || t.tw == nil {
+		t.startClass(reconcile.ClassBalanceBreaks, "FILE\tSTATEMENT\tACCOUNT\tOPENING\tCREDITS\tDEBITS\tCLOSING\tDIFFERENCE")
+	}
+	if t.limit > 0 && t.n >= int64(t.limit) {
+		return nil
+	}
+	t.n++
+	ccy := deref(b.Currency)
+	diff := "?"
+	if b.DifferenceMinor != nil {
+		diff = formatMinor(*b.DifferenceMinor, ccy)
+	}
+	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.File, shortDigest(b.Statement), orDash(deref(b.Account)),
+		formatMinor(b.OpeningMinor, ccy), formatMinor(b.CreditsMinor, ccy), formatMinor(b.DebitsMinor, ccy),
+		formatMinor(b.ClosingMinor, ccy), diff)
+	return nil
+}
+
 func (t *bankTable) Break(b reconcile.Break) error {
 	if b.Class != t.cur || t.tw == nil {
-		t.endClass()
-		t.cur, t.n = b.Class, 0
-		fmt.Fprintf(t.w, "\n%s (%d)\n", b.Class, t.counts.ByClass[b.Class])
-		t.tw = tabwriter.NewWriter(t.w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(t.tw, "SETTLEMENT\tSTATE\tAMOUNT\tMOVEMENT\tBANK\tWHY")
+		side := "BANK"
+		if t.counts.Source == reconcile.SourceStatements {
+			side = "STATEMENTS"
+		}
+		t.startClass(b.Class, "SETTLEMENT\tSTATE\tAMOUNT\tMOVEMENT\t"+side+"\tWHY")
 	}
 	if t.limit > 0 && t.n >= int64(t.limit) {
 		return nil
@@ -721,6 +838,13 @@ func (t *bankTable) Break(b reconcile.Break) error {
 	var bank []string
 	for _, p := range b.BankPayments {
 		bank = append(bank, fmt.Sprintf("%s %s %d %s", p.ID, p.Status, p.AmountCents, p.Currency))
+	}
+	for _, l := range b.StatementEntries {
+		what := "paid"
+		if l.Return() {
+			what = "back"
+		}
+		bank = append(bank, fmt.Sprintf("%s %s %s", what, lineAmount(l), orDash(deref(l.EntryRef))))
 	}
 	if len(bank) == 0 {
 		bank = []string{"-"}

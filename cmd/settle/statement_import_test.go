@@ -210,3 +210,30 @@ func TestStatementImportCrash(t *testing.T) {
 		})
 	}
 }
+
+func TestReconcileBankStatements(t *testing.T) {
+	t.Parallel()
+	b := setupImport(t)
+	if code, _, errOut := b.run(t, "bank", "--statements"); code != exitError || !strings.Contains(errOut, "no bank statement imported") {
+		t.Fatalf("before any import: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := b.runImport(t, "", b.file(t, "day.xml", importCamt("day"))); code != exitFindings {
+		t.Fatalf("import: exit %d\n%s", code, errOut)
+	}
+	code, out, errOut := b.run(t, "bank", "--statements")
+	if code != exitFindings || !strings.Contains(out, "ledger vs imported statements") ||
+		!strings.Contains(out, "unmatched_entries (1)") || !strings.Contains(out, "somebody-else") ||
+		!strings.Contains(out, "matched            2") {
+		t.Fatalf("table: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, _ = b.run(t, "bank", "--statements", "--json")
+	m := decodeObject(t, out)
+	if code != exitFindings || m["matched"] != 2.0 || m["discrepancies"] != 1.0 {
+		t.Fatalf("json: exit %d\n%s", code, out)
+	}
+	for _, k := range []string{"returned", "unmatched_entries", "balance_breaks", "missing_at_bank"} {
+		if _, ok := m[k].([]any); !ok {
+			t.Errorf("%s missing: %s", k, out)
+		}
+	}
+}
