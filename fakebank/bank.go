@@ -1,7 +1,10 @@
 // Package fakebank is the bank simulator: a real HTTP server that speaks the
 // bank protocol of DESIGN.md section 7 (idempotent payments, status by key,
 // the statement, the admin fault profile and the stats), usable in-process
-// from tests (NewTestServer, Bank.Start) and as `settle fakebank`.
+// from tests (NewTestServer, Bank.Start) and as `settle fakebank`. It also
+// renders its books as the files banks send (GET /v1/statements/{date}:
+// camt.053, camt.054, BAI2, MT940; DESIGN section 14), and lets a settled
+// payment come back (Return, POST /admin/returns).
 //
 // It owns the simulated bank's books: the payments it has created, the
 // idempotency keys it remembers, and the counters behind /admin/stats. It
@@ -11,8 +14,9 @@
 // seed reproduces the same decisions for the same order of requests.
 //
 // It must never import the engine (intake, statemachine, jobs, reconcile) nor
-// know anything about settlements beyond the wire types of bankclient: it is
-// the other party, and tests trust it only because it is independent. It must
+// know anything about settlements beyond the wire types of bankclient (and
+// the ISO 4217 table of package settlement, to write amounts in statements):
+// it is the other party, and tests trust it only because it is independent. It must
 // never answer a payment request before the payment is in its books (and on
 // disk when a state file is used).
 package fakebank
@@ -140,9 +144,11 @@ func (b *Bank) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/payments", b.handleCreatePayment)
 	mux.HandleFunc("GET /v1/payments/by-key/{key}", b.handlePaymentByKey)
 	mux.HandleFunc("GET /v1/statement", b.handleStatement)
+	mux.HandleFunc("GET /v1/statements/{date}", b.handleStatements)
 	mux.HandleFunc("GET /admin/faults", b.handleGetFaults)
 	mux.HandleFunc("PUT /admin/faults", b.handlePutFaults)
 	mux.HandleFunc("GET /admin/stats", b.handleStats)
+	mux.HandleFunc("POST /admin/returns", b.handleReturn)
 	return mux
 }
 

@@ -22,6 +22,22 @@ type payment struct {
 	DueAt         time.Time         `json:"due_at"`
 	Outcome       bankclient.Status `json:"outcome"`
 	FailureReason string            `json:"failure_reason,omitempty"`
+	// ReturnAt, when set, is when a settled payment came back (ACH and
+	// SEPA returns): from then on it is returned, for ReturnReason (an ISO
+	// 20022 return reason code such as AC04).
+	ReturnAt     time.Time `json:"return_at,omitzero"`
+	ReturnReason string    `json:"return_reason,omitempty"`
+}
+
+// settledAt reports whether the payment had settled by now (returned
+// since or not).
+func (p *payment) settledAt(now time.Time) bool {
+	return p.Outcome == bankclient.StatusSettled && !now.Before(p.DueAt)
+}
+
+// returnedAt reports whether the payment had come back by now.
+func (p *payment) returnedAt(now time.Time) bool {
+	return p.settledAt(now) && !p.ReturnAt.IsZero() && !now.Before(p.ReturnAt)
 }
 
 // view returns the payment as the bank reports it at now.
@@ -30,6 +46,8 @@ func (p *payment) view(now time.Time) bankclient.Payment {
 	mid := p.CreatedAt.Add(p.DueAt.Sub(p.CreatedAt) / 2)
 	reason := ""
 	switch {
+	case p.returnedAt(now):
+		status, updated, reason = bankclient.StatusReturned, p.ReturnAt, "returned: "+p.ReturnReason
 	case !now.Before(p.DueAt):
 		status, updated, reason = p.Outcome, p.DueAt, p.FailureReason
 	case !now.Before(mid) && mid.After(p.CreatedAt):

@@ -29,6 +29,15 @@ Protocol:
   GET  /v1/payments/by-key/{key}     the payment, or 404 {"error":"not_found"}
   GET  /v1/statement?after=C&limit=N every payment in creation order; limit 1..1000
                                      (default 100); "next" is the cursor of the next page
+  GET  /v1/statements/{date}         the books of that UTC day (YYYY-MM-DD; today: so far)
+                                     as a bank statement file, one statement per account
+                                     and currency: ?format=camt.053|camt.054|bai2|mt940,
+                                     or Accept application/vnd.iso20022.camt.053+xml,
+                                     application/vnd.iso20022.camt.054+xml,
+                                     application/vnd.bai2, application/vnd.swift.mt940
+                                     (default camt.053); ?batch=N books up to N payments
+                                     in one camt entry (default 10); 404 when no account
+                                     has a booking by then
 
 Payments are accepted, processing from half the settle delay, then settled (or
 failed, at settlement_failure_rate) once the settle delay has passed.
@@ -52,6 +61,9 @@ Admin API:
   GET  /admin/stats    {"payments","replays","key_reuse_conflicts",
                         "max_executions_per_key","max_payments_per_reference"};
                        max_payments_per_reference above 1 means a double payment.
+  POST /admin/returns  {"payment_id","reason"}: the settled payment comes back now
+                       (reason an ISO 20022 return code, default AC04); 409 when
+                       it has not settled
 
   curl -X PUT localhost:8081/admin/faults -d '{"drop_response_rate":0.2,"settle_delay_ms":500}'`
 
