@@ -8,7 +8,9 @@
 // process, produces a stream of payout events with redeliveries and a
 // conflict, submits it through the HTTP API with package submit, waits until
 // every settlement is terminal, then reads the reconcile summary and the
-// ledger-vs-bank report from package reconcile.
+// ledger-vs-bank report from package reconcile, and ends as the bank's day
+// does: it fetches the day's camt.053 statement from the bank, imports it
+// and reconciles the ledger against it.
 //
 // It must never touch user data: it works in its own database (DBName),
 // dropped and created afresh on every run. It decides nothing about
@@ -67,8 +69,14 @@ type Report struct {
 	Submit                                       submit.Summary
 	Summary                                      reconcile.Summary
 	Bank                                         reconcile.BankCounts
-	BankStats                                    bankclient.Stats
-	Traffic                                      BankTraffic
+	// StatementDays are the days whose camt.053 was fetched from the bank,
+	// Imports what importing each did, StatementBank the reconciliation of
+	// the ledger against them.
+	StatementDays []string
+	Imports       []reconcile.ImportResult
+	StatementBank reconcile.BankCounts
+	BankStats     bankclient.Stats
+	Traffic       BankTraffic
 	// Uncertain counts the settlements that were ever uncertain;
 	// ResolvedConfirmed and ResolvedFailed how they ended.
 	Uncertain, ResolvedConfirmed, ResolvedFailed int64
@@ -192,6 +200,9 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if err := rep.read(ctx, pool, bank); err != nil {
 		return rep, err
 	}
+	if err := rep.importStatements(ctx, pool, bank.url, start); err != nil {
+		return rep, err
+	}
 	rep.check(stream)
 	if err := rep.checkInvariants(ctx, pool, bank, stream); err != nil {
 		return rep, err
@@ -208,6 +219,8 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		say("  bank       %s/admin/stats", bank.url)
 		say("  reconcile  DATABASE_URL='%s' settle reconcile", dbURL)
 		say("             DATABASE_URL='%s' settle reconcile bank --bank-url %s", dbURL, bank.url)
+		say("             DATABASE_URL='%s' settle reconcile bank --statements", dbURL)
+		say("  statement  curl '%s/v1/statements/%s?format=mt940'   (or camt.053, camt.054, bai2)", bank.url, time.Now().UTC().Format(time.DateOnly))
 		say("  submit     settle submit --url %s --api-token %s FILE", worker.URL(), token)
 		<-ctx.Done()
 	}
@@ -314,6 +327,7 @@ func (r *Report) check(st Stream) {
 	if m := r.Bank.ByClass[reconcile.ClassMatched]; m != confirmed {
 		fail("%d settlements matched at the bank, %d confirmed", m, confirmed)
 	}
+	r.checkStatements(confirmed)
 }
 
 // checkInvariants runs the one exactly-once checker
@@ -361,6 +375,7 @@ func (r Report) print(w io.Writer) {
 	p("  %s", strings.Join(parts[:3], "  "))
 	p("  %s", strings.Join(parts[3:], "  "))
 	p("")
+	r.printStatements(p)
 	t := r.Traffic
 	p("What you just saw")
 	p("  - The bank received %d payment instructions. It executed %d of them and then lost the answer (connection",
@@ -392,6 +407,20 @@ func (r Report) print(w io.Writer) {
 		r.BankStats.MaxPaymentsPerReference)
 	p("    (max_payments_per_reference), and the ledger has exactly one movement per confirmed settlement (%d = %d).",
 		s.Movements, s.ByState["confirmed"])
+	if len(r.Imports) > 0 {
+		var entries, lines int64
+		for _, im := range r.Imports {
+			entries, lines = entries+im.Entries, lines+im.Lines
+		}
+		batches := ""
+		if lines > entries {
+			batches = ", batches among them"
+		}
+		p("  - At the end the bank's end-of-day statement (camt.053: %d entries%s, %d payment lines)", entries, batches, lines)
+		p("    was fetched, imported once, and every line matched to its settlement by the reference settle sent:")
+		p("    %d settlements matched on the statement, nothing on it unexplained (settle reconcile bank --statements).",
+			r.StatementBank.ByClass[reconcile.ClassMatched])
+	}
 	p("")
 	if r.OK() {
 		p("settle demo: OK, every invariant holds (%.1fs)", r.Duration.Seconds())
