@@ -33,7 +33,9 @@ type SettlementRow struct {
 	// Since is when it last entered State.
 	Since      time.Time `json:"since"`
 	AgeSeconds float64   `json:"age_seconds"`
-	AccountID  string    `json:"account_id"`
+	// CreatedAt is when it was received: the list order.
+	CreatedAt time.Time `json:"created_at"`
+	AccountID string    `json:"account_id"`
 	// AmountCents is in minor units of Currency.
 	AmountCents         int64      `json:"amount_cents"`
 	Currency            string     `json:"currency"`
@@ -47,50 +49,24 @@ type SettlementRow struct {
 	InvestigationReason string     `json:"investigation_reason,omitempty"`
 }
 
-// List streams the settlements in opts.State, oldest in the state first, to
-// fn, and returns how many it passed. Memory does not grow with the count.
+// List streams the settlements in opts.State to fn, oldest first (by
+// receipt, the order of Page), and returns how many it passed. It reads one
+// snapshot and its memory does not grow with the count.
 func (i *Inspector) List(ctx context.Context, opts ListOptions, fn func(SettlementRow) error) (int, error) {
 	if !opts.State.Valid() {
 		return 0, fmt.Errorf("error listing settlements: unknown state %q (want one of %v)", opts.State, settlement.States)
 	}
-	now := i.now()
-	var cutoff *time.Time
-	if opts.OlderThan > 0 {
-		c := now.Add(-opts.OlderThan)
-		cutoff = &c
-	}
-	var limit *int
-	if opts.Limit > 0 {
-		limit = &opts.Limit
+	f := Filter{State: opts.State, OlderThan: opts.OlderThan}
+	if err := f.Validate(); err != nil {
+		return 0, fmt.Errorf("error listing settlements: %w", err)
 	}
 	n := 0
+	now := i.now()
 	err := i.readTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT * FROM (
-				SELECT s.settlement_id, s.state, coalesce(`+enteredStateSQL+`, s.created_at) AS since,
-				       s.account_id, s.amount_cents, s.currency, s.send_attempts, s.first_attempt_at,
-				       s.check_attempts, s.next_check_at, coalesce(s.bank_payment_id, ''), coalesce(s.bank_status, ''),
-				       s.needs_investigation, coalesce(s.investigation_reason, '')
-				FROM settlements s WHERE s.state = $1
-			) o
-			WHERE $2::timestamptz IS NULL OR since <= $2
-			ORDER BY since, settlement_id
-			LIMIT $3`, string(opts.State), cutoff, limit)
-		if err != nil {
-			return fmt.Errorf("error listing %s settlements: %w", opts.State, err)
-		}
-		var r SettlementRow
-		_, err = pgx.ForEachRow(rows, []any{&r.SettlementID, &r.State, &r.Since, &r.AccountID, &r.AmountCents,
-			&r.Currency, &r.SendAttempts, &r.FirstAttemptAt, &r.CheckAttempts, &r.NextCheckAt,
-			&r.BankPaymentID, &r.BankStatus, &r.NeedsInvestigation, &r.InvestigationReason}, func() error {
-			r.AgeSeconds = max(now.Sub(r.Since).Seconds(), 0)
+		return listRows(ctx, tx, f, Cursor{}, max(opts.Limit, 0), now, func(r SettlementRow) error {
 			n++
 			return fn(r)
 		})
-		if err != nil {
-			return fmt.Errorf("error listing %s settlements: %w", opts.State, err)
-		}
-		return nil
 	})
 	return n, err
 }
@@ -106,6 +82,10 @@ type Story struct {
 	// LastReplayAgeSeconds is how long ago the last replay arrived; nil when
 	// there was none (or the receipt is gone).
 	LastReplayAgeSeconds *float64 `json:"last_replay_age_seconds"`
+	// Movements are every ledger movement, the payout and any reversal.
+	Movements []MovementEntry `json:"movements"`
+	// OperatorActions are the notes and actions of operators, in order.
+	OperatorActions []OperatorAction `json:"operator_actions"`
 	// Timeline is every event above in time order.
 	Timeline []Event `json:"timeline"`
 }
@@ -114,7 +94,7 @@ type Story struct {
 type Event struct {
 	At time.Time `json:"at"`
 	// Kind is receipt, replay, transition, bank_send, bank_status, movement,
-	// conflict or investigation.
+	// conflict, operator or investigation.
 	Kind string `json:"kind"`
 	// Text says what happened, in words.
 	Text string `json:"text"`
@@ -131,7 +111,13 @@ func (i *Inspector) Show(ctx context.Context, id string) (Story, error) {
 			return fmt.Errorf("error showing settlement %s: %w", id, err)
 		}
 		st.View = v
-		st.Conflicts, err = conflicts(ctx, tx, id, nil)
+		if st.Conflicts, err = conflicts(ctx, tx, id, nil); err != nil {
+			return err
+		}
+		if st.Movements, err = movements(ctx, tx, id); err != nil {
+			return err
+		}
+		st.OperatorActions, err = operatorActions(ctx, tx, id)
 		return err
 	})
 	if err != nil {
@@ -186,8 +172,8 @@ func timeline(st Story) []Event {
 		}
 		ev = append(ev, Event{At: a.StartedAt, Kind: "bank_" + a.Op, Text: text})
 	}
-	if m := st.Movement; m != nil {
-		t := fmt.Sprintf("ledger movement %d %s on account %s", m.AmountCents, m.Currency, m.AccountID)
+	for _, m := range st.Movements {
+		t := fmt.Sprintf("ledger %s %d %s on account %s", m.Kind, m.AmountCents, m.Currency, m.AccountID)
 		if m.BankPaymentID != "" {
 			t += ", bank payment " + m.BankPaymentID
 		}
@@ -195,6 +181,15 @@ func timeline(st Story) []Event {
 	}
 	for _, c := range st.Conflicts {
 		ev = append(ev, Event{At: c.DetectedAt, Kind: "conflict", Text: "rejected another payload: " + c.describe()})
+	}
+	for _, a := range st.OperatorActions {
+		t := a.Operator + " "
+		if a.Action == OperatorNote {
+			t += "noted: " + a.Detail
+		} else {
+			t += "asked to resolve now: " + a.Result
+		}
+		ev = append(ev, Event{At: a.At, Kind: "operator", Text: t})
 	}
 	sort.SliceStable(ev, func(a, b int) bool { return ev[a].At.Before(ev[b].At) })
 	if s := st.Settlement; s.NeedsInvestigation {
@@ -246,22 +241,62 @@ func (c Conflict) describe() string {
 func (i *Inspector) Conflicts(ctx context.Context, fn func(Conflict) error) (int, error) {
 	n := 0
 	err := i.readTx(ctx, func(tx pgx.Tx) error {
-		_, err := conflicts(ctx, tx, "", func(c Conflict) error { n++; return fn(c) })
+		_, err := conflictRows(ctx, tx, "", 0, 0, func(c Conflict) error { n++; return fn(c) })
 		return err
 	})
 	return n, err
 }
 
-// conflicts reads the conflicts of one settlement (id not empty) or of all,
-// passing each to fn, or collecting them when fn is nil.
+// ConflictPage is one page of recorded conflicts, oldest first.
+type ConflictPage struct {
+	Conflicts []Conflict
+	// Next continues after the last conflict (its id); 0 on the last page.
+	Next int64
+}
+
+// ConflictsPage reads at most limit conflicts recorded after the one with
+// id after (0: from the first), keyset by id.
+func (i *Inspector) ConflictsPage(ctx context.Context, after int64, limit int) (ConflictPage, error) {
+	if limit <= 0 || limit > MaxPageSize {
+		limit = MaxPageSize
+	}
+	var p ConflictPage
+	err := i.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		p.Conflicts, err = conflictRows(ctx, tx, "", after, limit+1, nil)
+		return err
+	})
+	if err != nil {
+		return ConflictPage{}, err
+	}
+	if len(p.Conflicts) > limit {
+		p.Conflicts = p.Conflicts[:limit]
+		p.Next = p.Conflicts[limit-1].ID
+	}
+	return p, nil
+}
+
+// conflicts reads every conflict of settlement id.
 func conflicts(ctx context.Context, tx pgx.Tx, id string, fn func(Conflict) error) ([]Conflict, error) {
+	return conflictRows(ctx, tx, id, 0, 0, fn)
+}
+
+// conflictRows reads the conflicts of one settlement (id not empty) or of
+// all, in the order they were recorded, after the one with id after, at
+// most limit of them (0: all), passing each to fn, or collecting them when
+// fn is nil.
+func conflictRows(ctx context.Context, tx pgx.Tx, id string, after int64, limit int, fn func(Conflict) error) ([]Conflict, error) {
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
 	rows, err := tx.Query(ctx, `
 		SELECT c.id, c.settlement_id, c.detected_at, coalesce(c.event_id, ''), c.stored_hash, c.incoming_hash,
 		       coalesce(c.incoming, 'null'::jsonb),
 		       s.account_id, s.amount_cents, s.currency, s.beneficiary
 		FROM receipt_conflicts c LEFT JOIN settlements s USING (settlement_id)
-		WHERE $1 = '' OR c.settlement_id = $1
-		ORDER BY c.detected_at, c.id`, id)
+		WHERE ($1 = '' OR c.settlement_id = $1) AND c.id > $2
+		ORDER BY c.id LIMIT $3`, id, after, lim)
 	if err != nil {
 		return nil, fmt.Errorf("error reading conflicts: %w", err)
 	}

@@ -33,6 +33,7 @@ Forms (each takes --json and --help):
                                            replays, conflicts, movements
   settle reconcile list --state S [--older-than D]
                                            the settlements in state S, oldest first
+                                           (by receipt, the console's order)
   settle reconcile show ID                 the whole story of one settlement in time order
   settle reconcile conflicts               recorded receipt conflicts and what differed
   settle reconcile resolve ID|--all        ask the bank now and apply the answer (the
@@ -240,7 +241,7 @@ func (c *reconcileCmd) summary(ctx context.Context, args []string) int {
 
 func (c *reconcileCmd) list(ctx context.Context, args []string) int {
 	fs := newFlagSet("reconcile list", "--state S [--older-than D] [flags]", `
-Lists the settlements in one state, oldest in the state first: since when,
+Lists the settlements in one state, oldest first (by receipt): since when,
 the bank's last answer, attempts, the next check, and needs_investigation
 with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 	state := fs.String("state", "", "state to list: pending, sent, uncertain, confirmed or failed (required)")
