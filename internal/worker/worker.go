@@ -1,7 +1,8 @@
 // Package worker assembles settle's worker process: the HTTP API of
 // DESIGN.md section 6 (intake, settlement lookup, /metrics, /healthz,
-// /readyz, the River UI under /riverui/) and the River client running every
-// settle job (send, reconcile, sweep, retention) against one bank.
+// /readyz, the River UI under /riverui/, the operator console under
+// /console/) and the River client running every settle job (send,
+// reconcile, sweep, retention) against one bank.
 //
 // It has the shape of Ben Johnson's wtf Main: a Config, New to build it
 // all, Run to serve until the context ends and then stop gracefully, and
@@ -28,6 +29,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/console"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/internal/metrics"
@@ -132,12 +134,15 @@ func (c Config) Validate() error {
 // Worker is an assembled worker: its River client, its HTTP API and the
 // listener it will serve on.
 type Worker struct {
-	cfg     Config
-	logger  *slog.Logger
-	river   *river.Client[pgx.Tx]
-	handler http.Handler
-	srv     *http.Server
-	ln      net.Listener
+	cfg    Config
+	logger *slog.Logger
+	river  *river.Client[pgx.Tx]
+	// resolver is the one Resolver of the worker: its jobs' and the
+	// console's "resolve now".
+	resolver *reconcile.Resolver
+	handler  http.Handler
+	srv      *http.Server
+	ln       net.Listener
 	// stopUI ends the River UI's background services.
 	stopUI context.CancelFunc
 }
@@ -258,19 +263,20 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 	if lease == 0 {
 		lease = c.JobTimeout + 30*time.Second
 	}
+	w.resolver = &reconcile.Resolver{
+		DB:               c.Pool,
+		Bank:             bank,
+		Now:              c.Now,
+		KeyTTL:           c.BankKeyTTL,
+		CheckInterval:    c.CheckInterval,
+		MaxCheckInterval: c.MaxCheckInterval,
+		Lease:            lease,
+		Metrics:          m,
+		Logger:           c.Logger,
+	}
 	deps := jobs.Deps{
-		Pool: c.Pool,
-		Resolver: &reconcile.Resolver{
-			DB:               c.Pool,
-			Bank:             bank,
-			Now:              c.Now,
-			KeyTTL:           c.BankKeyTTL,
-			CheckInterval:    c.CheckInterval,
-			MaxCheckInterval: c.MaxCheckInterval,
-			Lease:            lease,
-			Metrics:          m,
-			Logger:           c.Logger,
-		},
+		Pool:              c.Pool,
+		Resolver:          w.resolver,
 		Now:               c.Now,
 		Logger:            c.Logger,
 		BankConcurrency:   c.BankConcurrency,
@@ -294,8 +300,9 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 }
 
 // apiHandler builds every route of the API: intake's (/v1/, /healthz,
-// /readyz), /metrics and the River UI. Routes other than /healthz and
-// /readyz require the API token when one is set.
+// /readyz), /metrics, the River UI and the console. Routes other than
+// /healthz and /readyz require the API token when one is set (the console
+// checks it itself, to answer a browser with a page).
 func (w *Worker) apiHandler(ctx context.Context, m *metrics.Metrics, reg *prometheus.Registry) (http.Handler, error) {
 	c := w.cfg
 	svc, err := intake.NewService(intake.Config{
@@ -323,6 +330,17 @@ func (w *Worker) apiHandler(ctx context.Context, m *metrics.Metrics, reg *promet
 	}))
 	mux.Handle("GET /metrics", token.Require(metrics.Handler(reg)))
 	mux.Handle(RiverUIPrefix, token.Require(ui))
+	cons, err := console.New(console.Config{
+		DB:       c.Pool,
+		Resolver: w.resolver,
+		APIToken: c.APIToken,
+		Logger:   c.Logger,
+		Now:      c.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle(console.Prefix, cons)
 	return mux, nil
 }
 

@@ -1,0 +1,276 @@
+package console_test
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/browsertest"
+	"github.com/settle/settle/internal/worker"
+	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/settlement"
+)
+
+// response is one answer of the console, redirects not followed.
+type response struct {
+	code   int
+	body   string
+	header http.Header
+}
+
+// request sends one request to the worker with the given headers and, for
+// a POST, the form.
+func (b *testBundle) request(t *testing.T, method, path string, headers map[string]string, form url.Values) response {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, b.base+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{code: resp.StatusCode, body: string(data), header: resp.Header}
+}
+
+func basic(user, token string) map[string]string {
+	return map[string]string{"Authorization": browsertest.BasicAuth(user, token)}
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// formToken reads the form token of a story page.
+func formToken(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no form token in the page:\n%.2000s", page)
+	}
+	return m[1]
+}
+
+const secretToken = "tok-S3cret-never-shown"
+
+func TestConsoleRequiresTheTokenAndNeverShowsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, secretToken, bankclient.Faults{}, nil)
+	b.submit(t, "auth-1", "acc-a", 1000)
+	b.waitState(t, "auth-1", settlement.Confirmed)
+
+	paths := []string{"/console/", "/console/settlements", "/console/settlements?state=confirmed",
+		"/console/settlement?id=auth-1", "/console/conflicts", "/console/static/console.css", "/console/no-such-page"}
+	for _, p := range paths {
+		for name, h := range map[string]map[string]string{
+			"no credentials": nil,
+			"wrong password": basic("alice", "guess"),
+			"wrong bearer":   {"Authorization": "Bearer guess"},
+		} {
+			r := b.request(t, http.MethodGet, p, h, nil)
+			if r.code != http.StatusUnauthorized || !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Basic ") {
+				t.Errorf("GET %s with %s = %d (WWW-Authenticate %q), want 401 with a Basic challenge", p, name, r.code, r.header.Get("WWW-Authenticate"))
+			}
+		}
+		r := b.request(t, http.MethodGet, p, basic("alice", secretToken), nil)
+		want := http.StatusOK
+		if strings.Contains(p, "no-such-page") {
+			want = http.StatusNotFound
+		}
+		if r.code != want {
+			t.Errorf("GET %s as alice = %d, want %d\n%.500s", p, r.code, want, r.body)
+		}
+		if strings.HasSuffix(p, ".css") {
+			continue
+		}
+		if !strings.Contains(r.body, "signed in as <b>alice</b>") || strings.Contains(r.body, "open-banner") {
+			t.Errorf("GET %s as alice does not say who is signed in", p)
+		}
+		if strings.Contains(r.body, secretToken) || strings.Contains(r.header.Get("Location"), secretToken) {
+			t.Errorf("GET %s shows the API token", p)
+		}
+	}
+	// An action, which logs, then the logs.
+	story := b.request(t, http.MethodGet, "/console/settlement?id=auth-1", basic("alice", secretToken), nil)
+	r := b.request(t, http.MethodPost, "/console/settlement/note", basic("alice", secretToken),
+		url.Values{"csrf": {formToken(t, story.body)}, "id": {"auth-1"}, "note": {"checked"}})
+	if r.code != http.StatusSeeOther || strings.Contains(r.header.Get("Location"), secretToken) {
+		t.Errorf("note = %d, Location %q", r.code, r.header.Get("Location"))
+	}
+	if logs := b.logs.String(); strings.Contains(logs, secretToken) || !strings.Contains(logs, "operator action") {
+		t.Errorf("the logs show the token, or no operator action:\n%s", logs)
+	}
+}
+
+func TestOpenConsoleSaysSoOnEveryPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", bankclient.Faults{}, nil)
+	b.submit(t, "open-1", "acc-a", 1000)
+	for _, p := range []string{"/console/", "/console/settlements", "/console/settlement?id=open-1", "/console/conflicts",
+		"/console/settlement?id=nope", "/console/settlements?older=soon", "/console/nothing"} {
+		r := b.request(t, http.MethodGet, p, nil, nil)
+		if r.code == http.StatusUnauthorized || !strings.Contains(r.body, `id="open-banner"`) {
+			t.Errorf("GET %s = %d without the open-console banner", p, r.code)
+		}
+	}
+	// Actions need a name, typed into the form.
+	story := b.request(t, http.MethodGet, "/console/settlement?id=open-1", nil, nil)
+	form := url.Values{"csrf": {formToken(t, story.body)}, "id": {"open-1"}, "note": {"hello"}}
+	if r := b.request(t, http.MethodPost, "/console/settlement/note", nil, form); r.code != http.StatusBadRequest {
+		t.Errorf("note without a name = %d, want 400", r.code)
+	}
+	form.Set("operator", "carol")
+	if r := b.request(t, http.MethodPost, "/console/settlement/note", nil, form); r.code != http.StatusSeeOther {
+		t.Errorf("note as carol = %d %s", r.code, r.body)
+	}
+	if a := b.actions(t, "open-1"); len(a) != 1 || a[0].Operator != "carol" || a[0].Detail != "hello" {
+		t.Errorf("actions = %+v", a)
+	}
+}
+
+func TestActionsComeOnlyFromTheConsole(t *testing.T) {
+	t.Parallel()
+	b := setup(t, secretToken, bankclient.Faults{}, nil)
+	b.submit(t, "act-1", "acc-a", 1000)
+	alice := basic("alice", secretToken)
+	aliceToken := formToken(t, b.request(t, http.MethodGet, "/console/settlement?id=act-1", alice, nil).body)
+	bobToken := formToken(t, b.request(t, http.MethodGet, "/console/settlement?id=act-1", basic("bob", secretToken), nil).body)
+	if aliceToken == bobToken {
+		t.Fatal("alice and bob have the same form token")
+	}
+	with := func(h map[string]string, kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range h {
+			out[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	note := func(token string) url.Values {
+		return url.Values{"csrf": {token}, "id": {"act-1"}, "note": {"should not be recorded"}}
+	}
+	for _, c := range []struct {
+		name    string
+		method  string
+		headers map[string]string
+		form    url.Values
+		want    int
+	}{
+		{"cross-site by Sec-Fetch-Site", http.MethodPost, with(alice, "Sec-Fetch-Site", "cross-site"), note(aliceToken), http.StatusForbidden},
+		{"same-site by Sec-Fetch-Site", http.MethodPost, with(alice, "Sec-Fetch-Site", "same-site"), note(aliceToken), http.StatusForbidden},
+		{"another Origin", http.MethodPost, with(alice, "Origin", "http://evil.example"), note(aliceToken), http.StatusForbidden},
+		{"no form token", http.MethodPost, alice, note(""), http.StatusForbidden},
+		{"another operator's form token", http.MethodPost, alice, note(bobToken), http.StatusForbidden},
+		{"no operator name (Bearer)", http.MethodPost, map[string]string{"Authorization": "Bearer " + secretToken}, note(aliceToken), http.StatusForbidden},
+		{"no credentials", http.MethodPost, nil, note(aliceToken), http.StatusUnauthorized},
+		{"a GET", http.MethodGet, alice, nil, http.StatusNotFound},
+	} {
+		path := "/console/settlement/note"
+		if c.method == http.MethodGet {
+			path += "?" + note(aliceToken).Encode()
+		}
+		if r := b.request(t, c.method, path, c.headers, c.form); r.code != c.want {
+			t.Errorf("%s: %d, want %d\n%.300s", c.name, r.code, c.want, r.body)
+		}
+	}
+	if a := b.actions(t, "act-1"); len(a) != 0 {
+		t.Fatalf("refused requests recorded actions: %+v", a)
+	}
+	// From the console itself: the browser says same-origin.
+	ok := with(alice, "Sec-Fetch-Site", "same-origin", "Origin", b.base)
+	r := b.request(t, http.MethodPost, "/console/settlement/note", ok, url.Values{"csrf": {aliceToken}, "id": {"act-1"}, "note": {"  looked at it  "}})
+	if r.code != http.StatusSeeOther || !strings.Contains(r.header.Get("Location"), "/console/settlement?id=act-1&done=") {
+		t.Fatalf("note = %d, Location %q\n%s", r.code, r.header.Get("Location"), r.body)
+	}
+	if r := b.request(t, http.MethodPost, "/console/settlement/note", ok, url.Values{"csrf": {aliceToken}, "id": {"act-1"}, "note": {" "}}); r.code != http.StatusBadRequest {
+		t.Errorf("empty note = %d, want 400", r.code)
+	}
+	if r := b.request(t, http.MethodPost, "/console/settlement/note", ok, url.Values{"csrf": {aliceToken}, "id": {"nope"}, "note": {"x"}}); r.code != http.StatusNotFound {
+		t.Errorf("note on an unknown settlement = %d, want 404", r.code)
+	}
+	a := b.actions(t, "act-1")
+	if len(a) != 1 || a[0].Operator != "alice" || a[0].Action != reconcile.OperatorNote || a[0].Detail != "looked at it" || !a[0].OK {
+		t.Errorf("actions = %+v", a)
+	}
+}
+
+func TestResolveNowIsTheResolversResolve(t *testing.T) {
+	t.Parallel()
+	// Every answer to a payment is lost, and nothing checks on its own for
+	// an hour: the settlement stays uncertain until the operator acts.
+	b := setup(t, secretToken, bankclient.Faults{DropResponseRate: 1}, func(c *worker.Config) {
+		c.CheckInterval, c.MaxCheckInterval, c.SweepInterval, c.Lease = time.Hour, time.Hour, time.Hour, 2*time.Hour
+	})
+	b.submit(t, "res-1", "acc-a", 4200)
+	b.waitState(t, "res-1", settlement.Uncertain)
+	alice := basic("alice", secretToken)
+	tok := formToken(t, b.request(t, http.MethodGet, "/console/settlement?id=res-1", alice, nil).body)
+	r := b.request(t, http.MethodPost, "/console/settlement/resolve", alice, url.Values{"csrf": {tok}, "id": {"res-1"}})
+	if r.code != http.StatusSeeOther {
+		t.Fatalf("resolve = %d %s", r.code, r.body)
+	}
+	v := b.view(t, "res-1")
+	if v.Settlement.State != settlement.Confirmed || v.Movement == nil || v.Movement.AmountCents != 4200 {
+		t.Fatalf("after resolve now: %+v", v)
+	}
+	a := b.actions(t, "res-1")
+	if len(a) != 1 || a[0].Action != reconcile.OperatorResolve || !a[0].OK || !strings.HasPrefix(a[0].Result, "uncertain → confirmed") {
+		t.Errorf("actions = %+v", a)
+	}
+	// The redirect shows it.
+	page := b.request(t, http.MethodGet, r.header.Get("Location"), alice, nil)
+	if !strings.Contains(page.body, `id="done"`) || !strings.Contains(page.body, "uncertain → confirmed") {
+		t.Errorf("the story after the redirect does not say what was done:\n%.3000s", page.body)
+	}
+	// Again: nothing left to ask.
+	r = b.request(t, http.MethodPost, "/console/settlement/resolve", alice, url.Values{"csrf": {tok}, "id": {"res-1"}})
+	if a := b.actions(t, "res-1"); r.code != http.StatusSeeOther || len(a) != 2 || !strings.Contains(a[1].Result, "stays confirmed") {
+		t.Errorf("second resolve = %d, actions %+v", r.code, a)
+	}
+	if r := b.request(t, http.MethodPost, "/console/settlement/resolve", alice, url.Values{"csrf": {tok}, "id": {"nope"}}); r.code != http.StatusNotFound {
+		t.Errorf("resolve of an unknown settlement = %d, want 404", r.code)
+	}
+}
+
+func TestPagesAnswerBadInputPolitely(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", bankclient.Faults{}, nil)
+	for _, c := range []struct {
+		path, want string
+		code       int
+	}{
+		{"/console/settlements?older=soon", "older than", http.StatusBadRequest},
+		{"/console/settlements?state=lost", "unknown state", http.StatusBadRequest},
+		{"/console/settlements?after=garbage", "malformed cursor", http.StatusBadRequest},
+		{"/console/settlement", "names none", http.StatusBadRequest},
+		{"/console/settlement?id=%3Cscript%3E", "There is no settlement &#34;&lt;script&gt;&#34;", http.StatusNotFound},
+		{"/console/conflicts?after=x", "not a number", http.StatusBadRequest},
+		{"/console/static/", "", http.StatusNotFound},
+	} {
+		r := b.request(t, http.MethodGet, c.path, nil, nil)
+		if r.code != c.code || !strings.Contains(r.body, c.want) {
+			t.Errorf("GET %s = %d, want %d with %q\n%.400s", c.path, r.code, c.code, c.want, r.body)
+		}
+	}
+}
