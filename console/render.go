@@ -239,11 +239,20 @@ func human(d time.Duration) string {
 	case d < time.Minute:
 		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
 	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+		return whole(int(d.Minutes()), "m", int(d.Seconds())%60, "s")
 	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+		return whole(int(d.Hours()), "h", int(d.Minutes())%60, "m")
 	}
-	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	return whole(int(d.Hours())/24, "d", int(d.Hours())%24, "h")
+}
+
+// whole writes a duration in two units, the second left out when zero:
+// 15m, 4m05s.
+func whole(a int, ua string, b int, ub string) string {
+	if b == 0 {
+		return strconv.Itoa(a) + ua
+	}
+	return fmt.Sprintf("%d%s%02d%s", a, ua, b, ub)
 }
 
 // attemptDuration is how long a bank call took, "" while unanswered.

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
@@ -132,6 +133,39 @@ func (b *Browser) SetHeaders(h map[string]string) {
 	}
 	if _, err := chromedp.Call(b.Ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: hs}); err != nil {
 		b.t.Fatalf("browsertest: error setting headers: %v", err)
+	}
+}
+
+// CancelSignIn makes the tab answer every HTTP authentication prompt as a
+// person pressing Cancel would, so that a 401 with a Basic challenge loads
+// as a page (headless Chromium cannot show the prompt and fails the load
+// instead). Every request is intercepted and continued unchanged.
+func (b *Browser) CancelSignIn() {
+	b.t.Helper()
+	paused := chromedp.Events(b.Ctx, fetch.RequestPaused)
+	prompts := chromedp.Events(b.Ctx, fetch.AuthRequired)
+	go func() {
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			_, _ = chromedp.Call(b.Ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+		}
+	}()
+	go func() {
+		for ev, err := range prompts {
+			if err != nil {
+				return
+			}
+			_, _ = chromedp.Call(b.Ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{
+				RequestID:             ev.RequestID,
+				AuthChallengeResponse: &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseCancelAuth},
+			})
+		}
+	}()
+	handle := true
+	if _, err := chromedp.Call(b.Ctx, fetch.Enable, fetch.EnableParams{HandleAuthRequests: &handle}); err != nil {
+		b.t.Fatalf("browsertest: error enabling the Fetch domain: %v", err)
 	}
 }
 

@@ -214,6 +214,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		say("")
 		say("Still running (Ctrl-C to stop):")
 		say("  API        %s   (Authorization: Bearer %s)", worker.URL(), token)
+		say("  console    %s/console/   (user: your name, password: %s)", worker.URL(), token)
 		say("  River UI   %s/riverui/   (user: anything, password: %s)", worker.URL(), token)
 		say("  metrics    curl -H 'Authorization: Bearer %s' %s/metrics", token, worker.URL())
 		say("  bank       %s/admin/stats", bank.url)
