@@ -365,6 +365,12 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("conflicts = %q", rows)
 	}
 
+	// The statement lines matched to no settlement (none imported here).
+	if code := br.open("/console/statements"); code != http.StatusOK || br.text("#empty") == "" {
+		t.Errorf("statements = %d %q", code, br.text("main"))
+	}
+	br.clean("statements")
+
 	// A page of another site submits a form to the console, with a valid
 	// form token even (say it leaked) and the operator's credentials (the
 	// browser sends remembered ones): refused, nothing recorded.
@@ -394,6 +400,7 @@ func TestBrowserConsole(t *testing.T) {
 		{"/console/settlements?state=uncertain", "list-375"},
 		{"/console/settlement?id=po-u02", "story-375"},
 		{"/console/conflicts", "conflicts-375"},
+		{"/console/statements", "statements-375"},
 	} {
 		if code := br.open(p.path); code != http.StatusOK {
 			t.Errorf("%s at 375 px = %d", p.path, code)
@@ -407,7 +414,7 @@ func TestBrowserConsole(t *testing.T) {
 	// prompt cancelled, as a person who does not know the token would).
 	br.signIn("", "")
 	br.CancelSignIn()
-	for _, p := range []string{"/console/", "/console/settlements", "/console/settlement?id=po-u03", "/console/conflicts"} {
+	for _, p := range []string{"/console/", "/console/settlements", "/console/settlement?id=po-u03", "/console/conflicts", "/console/statements"} {
 		if code := br.open(p); code != http.StatusUnauthorized || !strings.Contains(br.text("h1"), "Sign in") {
 			t.Errorf("%s without credentials = %d %q, want 401", p, code, br.text("h1"))
 		}

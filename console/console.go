@@ -2,8 +2,9 @@
 // web pages the worker serves under /console/ for the person paged at
 // 3 a.m. An overview of where the settlements stand and what is stuck,
 // lists filtered by state, flag, age and account, the whole story of one
-// settlement on a timeline, the recorded conflicts, and two actions:
-// "resolve now" and "add a note".
+// settlement on a timeline, the recorded conflicts, the bank statement
+// lines matched to no settlement, and two actions: "resolve now" and "add
+// a note".
 //
 // It owns only presentation and the HTTP edge. Every fact comes from
 // package reconcile's read side, the one `settle reconcile` prints, in
@@ -116,6 +117,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET "+Prefix+"settlements", c.list)
 	c.mux.HandleFunc("GET "+Prefix+"settlement", c.story)
 	c.mux.HandleFunc("GET "+Prefix+"conflicts", c.conflicts)
+	c.mux.HandleFunc("GET "+Prefix+"statements", c.statements)
 	c.mux.HandleFunc("POST "+Prefix+"settlement/resolve", c.resolve)
 	c.mux.HandleFunc("POST "+Prefix+"settlement/note", c.note)
 	c.mux.Handle("GET "+Prefix+"static/", c.staticFS)

@@ -274,3 +274,27 @@ func TestPagesAnswerBadInputPolitely(t *testing.T) {
 		}
 	}
 }
+
+func TestStatementsPanelAndUnmatchedLines(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "", bankclient.Faults{}, nil)
+	if r := b.request(t, http.MethodGet, "/console/", nil, nil); !strings.Contains(r.body, "No statement imported yet") {
+		t.Errorf("overview before any import:\n%.3000s", r.body)
+	}
+	im := &reconcile.StatementImporter{DB: b.db.Pool}
+	res, err := im.ImportFile(t.Context(), "../statement/testdata/camt053_v02.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.request(t, http.MethodGet, "/console/", nil, nil)
+	if !strings.Contains(r.body, `id="statement-imports"`) || !strings.Contains(r.body, "camt.053") {
+		t.Errorf("overview after an import (%+v):\n%.4000s", res, r.body)
+	}
+	r = b.request(t, http.MethodGet, "/console/statements", nil, nil)
+	if r.code != http.StatusOK || !strings.Contains(r.body, `id="lines"`) || !strings.Contains(r.body, "camt053_v02.xml") {
+		t.Errorf("unmatched lines = %d:\n%.4000s", r.code, r.body)
+	}
+	if r := b.request(t, http.MethodGet, "/console/statements?after=x", nil, nil); r.code != http.StatusBadRequest {
+		t.Errorf("bad cursor = %d", r.code)
+	}
+}

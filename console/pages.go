@@ -261,6 +261,30 @@ func (c *Console) conflicts(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "conflicts", sessionOf(r), conflictsPage{Conflicts: p.Conflicts, After: after, Next: p.Next})
 }
 
+// ---- unmatched statement lines ----
+
+type statementsPage struct {
+	reconcile.LinePage
+	After string
+}
+
+func (statementsPage) title() string { return "Statement lines" }
+func (statementsPage) nav() string   { return "statements" }
+
+func (c *Console) statements(w http.ResponseWriter, r *http.Request) {
+	after, err := reconcile.ParseLineCursor(r.URL.Query().Get("after"))
+	if err != nil {
+		c.render(w, r, http.StatusBadRequest, "error", sessionOf(r), errorPage{Title: "Bad address", Message: "The page cursor is malformed."})
+		return
+	}
+	p, err := c.inspect.UnmatchedLines(r.Context(), after, PageSize)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "statements", sessionOf(r), statementsPage{LinePage: p, After: after.String()})
+}
+
 // ---- errors ----
 
 func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {

@@ -27,7 +27,7 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // pageNames are the pages; each is templates/NAME.html inside the layout.
-var pageNames = []string{"overview", "list", "story", "conflicts", "error"}
+var pageNames = []string{"overview", "list", "story", "conflicts", "statements", "error"}
 
 // session is who is asking: the operator's name (the Basic user name),
 // and whether the console is open (no API token).
@@ -157,23 +157,24 @@ func formSession(s session) string {
 
 // funcs are the template helpers.
 var funcs = template.FuncMap{
-	"money":    money,
-	"ts":       timestamp,
-	"tsShort":  timeShort,
-	"iso":      func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	"ago":      func(now, t time.Time) string { return human(now.Sub(t)) },
-	"secs":     func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
-	"dur":      func(d time.Duration) string { return human(d) },
-	"percent":  func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" },
-	"count":    countText,
-	"num":      thousands,
-	"storyURL": storyURL,
-	"listURL":  listURL,
-	"deref":    func(p *time.Time) time.Time { return *p },
-	"derefInt": func(p *int) int { return *p },
-	"isTrue":   func(p *bool) bool { return p != nil && *p },
-	"lower":    strings.ToLower,
-	"attempt":  attemptDuration,
+	"money":      money,
+	"ts":         timestamp,
+	"tsShort":    timeShort,
+	"iso":        func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"ago":        func(now, t time.Time) string { return human(now.Sub(t)) },
+	"secs":       func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
+	"dur":        func(d time.Duration) string { return human(d) },
+	"percent":    func(f float64) string { return strconv.FormatFloat(f*100, 'f', 1, 64) + "%" },
+	"count":      countText,
+	"num":        thousands,
+	"storyURL":   storyURL,
+	"listURL":    listURL,
+	"deref":      func(p *time.Time) time.Time { return *p },
+	"derefInt":   func(p *int) int { return *p },
+	"derefInt64": func(p *int64) int64 { return *p },
+	"isTrue":     func(p *bool) bool { return p != nil && *p },
+	"lower":      strings.ToLower,
+	"attempt":    attemptDuration,
 }
 
 // money formats minor units in their currency's exponent: 12345 EUR is

@@ -112,11 +112,11 @@ type StatementImport struct {
 	ImportedAt time.Time `json:"imported_at"`
 	// Balanced is nil when the file carries no balances.
 	Balanced *bool `json:"balanced"`
-	// Entries, Unmatched (matched to no settlement) and Reversals
-	// (returns and reversals) count its entries.
+	// Entries, Unmatched (matched to no settlement) and Returns (returns
+	// and reversals) count its lines.
 	Entries   int64 `json:"entries"`
 	Unmatched int64 `json:"unmatched"`
-	Reversals int64 `json:"reversals"`
+	Returns   int64 `json:"returns"`
 }
 
 // recentStatements is how many imports the overview shows.
@@ -309,14 +309,14 @@ func statementImports(ctx context.Context, tx pgx.Tx) (*StatementImports, error)
 		SELECT b.id::text, b.format, coalesce(b.account, ''), coalesce(b.currency, ''), b.imported_at, b.balanced,
 		       (SELECT count(*) FROM bank_statement_entries e WHERE e.statement_id = b.id),
 		       (SELECT count(*) FROM bank_statement_entries e WHERE e.statement_id = b.id AND e.settlement_id IS NULL),
-		       (SELECT count(*) FROM bank_statement_entries e WHERE e.statement_id = b.id AND e.reversal)
+		       (SELECT count(*) FROM bank_statement_entries e WHERE e.statement_id = b.id AND (e.reversal OR e.return_reason IS NOT NULL))
 		FROM bank_statements b ORDER BY b.imported_at DESC, b.id DESC LIMIT $1`, recentStatements)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the statement imports: %w", err)
 	}
 	var s StatementImport
 	_, err = pgx.ForEachRow(rows, []any{&s.ID, &s.Format, &s.Account, &s.Currency, &s.ImportedAt, &s.Balanced,
-		&s.Entries, &s.Unmatched, &s.Reversals}, func() error {
+		&s.Entries, &s.Unmatched, &s.Returns}, func() error {
 		si.Recent = append(si.Recent, s)
 		return nil
 	})
