@@ -42,6 +42,8 @@ const (
 	fEndToEndID               // TxDtls/Refs/EndToEndId
 	fRtrCd                    // TxDtls/RtrInf/Rsn/Cd
 	fRtrPrtry                 // TxDtls/RtrInf/Rsn/Prtry
+	fCdtrNm                   // TxDtls/RltdPties/Cdtr/Nm (Cdtr/Pty/Nm from .08)
+	fDbtrNm                   // TxDtls/RltdPties/Dbtr/Nm (Dbtr/Pty/Nm from .08)
 	fTxAmt                    // TxDtls/Amt, then AmtDtls/TxAmt, CntrValAmt, InstdAmt /Amt (fTxAmt+i)
 )
 
@@ -107,6 +109,11 @@ type camtParser struct {
 	returned bool
 	rtrCd    string
 	rtrPrtry string
+	cdtrNm   string
+	dbtrNm   string
+	// parties holds each TxDtls's creditor and debtor names until the
+	// entry's direction says which is the counterparty.
+	parties [][2]string
 
 	// The element whose text is being captured.
 	capturing bool
@@ -286,6 +293,17 @@ func (p *camtParser) classify(n string, depth int) (field, bool) {
 					return fRtrPrtry, true
 				}
 			}
+			if n == "Nm" && p.parent(2) == "RltdPties" {
+				if f, ok := partyName(p.parent(1)); ok {
+					return f, true
+				}
+			}
+		case 4:
+			if n == "Nm" && p.parent(1) == "Pty" && p.parent(3) == "RltdPties" {
+				if f, ok := partyName(p.parent(2)); ok {
+					return f, true
+				}
+			}
 		}
 	case p.inNtry:
 		switch depth - p.ntryDepth {
@@ -316,6 +334,7 @@ func (p *camtParser) classify(n string, depth int) (field, bool) {
 				p.tx = Transaction{}
 				p.txAmt = [txAmounts]camtAmount{}
 				p.returned, p.rtrCd, p.rtrPrtry = false, "", ""
+				p.cdtrNm, p.dbtrNm = "", ""
 			}
 		}
 	case p.bal != nil:
@@ -344,6 +363,7 @@ func (p *camtParser) classify(n string, depth int) (field, bool) {
 				p.ntryNum++
 				p.e = Entry{}
 				p.eAmt, p.eCdtDbt, p.ntryRef, p.svcrRef = camtAmount{}, "", "", ""
+				p.parties = p.parties[:0]
 			}
 		case 2:
 			if n == "Ccy" && p.parent(1) == "Acct" {
@@ -496,6 +516,10 @@ func (p *camtParser) captured() error {
 		p.rtrCd = s
 	case fRtrPrtry:
 		p.rtrPrtry = s
+	case fCdtrNm:
+		p.cdtrNm = s
+	case fDbtrNm:
+		p.dbtrNm = s
 	default:
 		if f >= fTxAmt {
 			p.txAmt[f-fTxAmt] = amt
@@ -551,6 +575,19 @@ func (p *camtParser) endTx() {
 		}
 	}
 	p.e.Transactions = append(p.e.Transactions, p.tx)
+	p.parties = append(p.parties, [2]string{p.cdtrNm, p.dbtrNm})
+}
+
+// partyName is the field of a related party's name: the creditor's or the
+// debtor's.
+func partyName(party string) (field, bool) {
+	switch party {
+	case "Cdtr":
+		return fCdtrNm, true
+	case "Dbtr":
+		return fDbtrNm, true
+	}
+	return fNone, false
 }
 
 func (p *camtParser) endNtry() error {
@@ -570,6 +607,14 @@ func (p *camtParser) endNtry() error {
 	e.EntryRef = p.svcrRef
 	if e.EntryRef == "" {
 		e.EntryRef = p.ntryRef
+	}
+	// The counterparty is the creditor of a debit, the debtor of a credit.
+	for i := range e.Transactions {
+		cdtr, dbtr := p.parties[i][0], p.parties[i][1]
+		e.Transactions[i].Counterparty = cdtr
+		if e.Direction == Credit {
+			e.Transactions[i].Counterparty = dbtr
+		}
 	}
 	if len(e.Transactions) == 1 && e.Transactions[0].AmountMinor == nil {
 		v := e.AmountMinor

@@ -400,8 +400,9 @@ var sepaIDs = []string{"EREF+", "KREF+", "MREF+", "CRED+", "DEBT+", "COAM+", "OA
 // the Dutch /EREF/, and a return reason from /RTRN/.
 func (p *mt940Parser) information(s string) {
 	e := p.pending
-	ref, reason := "", ""
+	ref, reason, name := "", "", ""
 	if len(s) >= 4 && isDigits(s[:3]) && (s[3] == '?' || s[3] == '>') {
+		name = germanSubfields(s, s[3], func(code string) bool { return code == "32" || code == "33" })
 		purpose := germanPurpose(s, s[3])
 		if i := strings.Index(purpose, "EREF+"); i >= 0 {
 			v := purpose[i+5:]
@@ -416,11 +417,13 @@ func (p *mt940Parser) information(s string) {
 	} else {
 		ref = slashField(s, "/EREF/")
 		reason = slashField(s, "/RTRN/")
+		name = slashField(s, "/NAME/")
 	}
 	if reason == "" && p.pendingRTI {
 		reason = "RTI"
 	}
 	e.Transactions[0].Reference = noRef(ref)
+	e.Transactions[0].Counterparty = strings.TrimSpace(name)
 	e.ReturnReason = strings.TrimSpace(reason)
 	e.Transactions[0].ReturnReason = e.ReturnReason
 }
@@ -429,6 +432,14 @@ func (p *mt940Parser) information(s string) {
 // of a German structured :86: (subfields start with sep and two digits),
 // joined as written.
 func germanPurpose(s string, sep byte) string {
+	return germanSubfields(s, sep, func(code string) bool {
+		return code[0] == '2' || (code[0] == '6' && code[1] <= '3')
+	})
+}
+
+// germanSubfields returns the subfields of a German structured :86: whose
+// two-digit code keep accepts, joined as written.
+func germanSubfields(s string, sep byte, keep func(code string) bool) string {
 	var b strings.Builder
 	for {
 		i := strings.IndexByte(s, sep)
@@ -448,7 +459,7 @@ func germanPurpose(s string, sep byte) string {
 				break
 			}
 		}
-		if (code[0] == '2') || (code[0] == '6' && code[1] <= '3') {
+		if keep(code) {
 			b.WriteString(s[:end])
 		}
 		s = s[end:]

@@ -102,6 +102,12 @@ type Transaction struct {
 	// the BAI2 type code of a return item; the MT940 /RTRN/ code, else RTI
 	// for a returned-item transaction type. Empty when not a return.
 	ReturnReason string
+	// Counterparty is the other party's name as the bank reports it: camt
+	// RltdPties Cdtr/Nm of a debit, Dbtr/Nm of a credit (Cdtr/Pty/Nm and
+	// Dbtr/Pty/Nm from .001.08); the MT940 /NAME/ of :86:, or the German
+	// ?32 and ?33; empty in BAI2. It is not part of the contract's JSON
+	// (DESIGN section 14); statement import uses it for suggestions.
+	Counterparty string
 }
 
 // Handler receives a file's contents in file order while Decoder.Decode
@@ -268,7 +274,7 @@ func (t *Transaction) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*t = Transaction{deref(w.Reference), w.AmountMinor, deref(w.ReturnReason)}
+	*t = Transaction{Reference: deref(w.Reference), AmountMinor: w.AmountMinor, ReturnReason: deref(w.ReturnReason)}
 	return nil
 }
 

@@ -1,0 +1,56 @@
+package statement
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestCounterparty checks the other party's name: the creditor of a
+// debit and the debtor of a credit in camt (.001.02's Cdtr/Nm and
+// .001.08's Cdtr/Pty/Nm), /NAME/ and ?32?33 in MT940.
+func TestCounterparty(t *testing.T) {
+	t.Parallel()
+	camt := func(ns, party string) string {
+		return `<Document xmlns="urn:iso:std:iso:20022:tech:xsd:camt.053.001.` + ns + `"><BkToCstmrStmt><Stmt>
+<Acct><Id><IBAN>NL91ABNA0417164300</IBAN></Id><Ccy>EUR</Ccy></Acct>
+<Ntry><Amt Ccy="EUR">1.00</Amt><CdtDbtInd>DBIT</CdtDbtInd><NtryDtls><TxDtls>
+<RltdPties><Dbtr>` + party + `Us</Nm>` + strings.Repeat("</Pty>", strings.Count(party, "<Pty>")) + `</Dbtr><Cdtr>` + party + `Ada Lovelace</Nm>` + strings.Repeat("</Pty>", strings.Count(party, "<Pty>")) + `</Cdtr></RltdPties>
+</TxDtls></NtryDtls></Ntry>
+<Ntry><Amt Ccy="EUR">1.00</Amt><CdtDbtInd>CRDT</CdtDbtInd><NtryDtls><TxDtls>
+<RltdPties><Dbtr>` + party + `Grace Hopper</Nm>` + strings.Repeat("</Pty>", strings.Count(party, "<Pty>")) + `</Dbtr><Cdtr>` + party + `Us</Nm>` + strings.Repeat("</Pty>", strings.Count(party, "<Pty>")) + `</Cdtr></RltdPties>
+</TxDtls><TxDtls/></NtryDtls></Ntry>
+</Stmt></BkToCstmrStmt></Document>`
+	}
+	for _, c := range []struct{ name, data, want string }{
+		{"camt .02", camt("02", "<Nm>"), "Ada Lovelace|Grace Hopper|"},
+		{"camt .08", camt("08", "<Pty><Nm>"), "Ada Lovelace|Grace Hopper|"},
+		{"mt940 dutch", fixture(t, "mt940_dutch.sta"), "X||"},
+		{"mt940 german", fixture(t, "mt940_german.sta"), "Max Mustermann||||"},
+	} {
+		f, err := Parse(c.name, strings.NewReader(c.data))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var got []string
+		for _, st := range f.Statements {
+			for _, e := range st.Entries {
+				for _, tx := range e.Transactions {
+					got = append(got, tx.Counterparty)
+				}
+			}
+		}
+		if g := strings.Join(got, "|"); g != c.want {
+			t.Errorf("%s: counterparties %q, want %q", c.name, g, c.want)
+		}
+	}
+}
+
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
