@@ -38,6 +38,7 @@ type tTx struct {
 	e2e    string
 	amount int64
 	rtr    string
+	party  string // the counterparty's name ("" for none)
 }
 
 // debit is an entry of one payout with reference e2e.
@@ -131,6 +132,13 @@ func camt053(id string, stmts ...tStmt) []byte {
 					fmt.Fprintf(&b, `<TxDtls><Refs><EndToEndId>%s</EndToEndId></Refs>`, html.EscapeString(e2e))
 					if t.amount > 0 {
 						fmt.Fprintf(&b, `<Amt Ccy="EUR">%s</Amt><CdtDbtInd>%s</CdtDbtInd>`, eur(t.amount), ind)
+					}
+					if t.party != "" {
+						role := "Cdtr"
+						if e.credit {
+							role = "Dbtr"
+						}
+						fmt.Fprintf(&b, `<RltdPties><%s><Pty><Nm>%s</Nm></Pty></%s></RltdPties>`, role, html.EscapeString(t.party), role)
 					}
 					if t.rtr != "" {
 						fmt.Fprintf(&b, `<RtrInf><Rsn><Cd>%s</Cd></Rsn></RtrInf>`, t.rtr)

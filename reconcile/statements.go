@@ -56,9 +56,10 @@ const (
 // reference settle sent the bank for it (referenceMatchSQL, the one place
 // that says what that is), through batches: each transaction detail of a
 // batch entry is matched on its own. A line with no such reference may get
-// a suggestion (a settlement with its amount, currency and a close date),
-// which is shown and never counted as a match. Returns and reversals of
-// matched payouts are listed; they do not change any settlement here (the
+// a suggestion (a settlement with its amount, currency and a close date;
+// one whose beneficiary is the line's counterparty first), which is shown
+// and never counted as a match. Returns and reversals of matched payouts
+// are listed; they do not change any settlement here (the
 // return flow, DESIGN section 15, is not built yet).
 //
 // # Memory stays flat
@@ -234,7 +235,7 @@ func (im *StatementImporter) store(ctx context.Context, tx pgx.Tx, fileID int64,
 		stmt_seq integer NOT NULL, position integer NOT NULL, tx_index integer NOT NULL, tx_count integer NOT NULL,
 		entry_ref text, entry_amount_minor bigint NOT NULL, amount_minor bigint, currency text NOT NULL,
 		direction text NOT NULL, booked_on date, value_on date, end_to_end_id text, reversal boolean NOT NULL,
-		return_reason text) ON COMMIT DROP`); err != nil {
+		return_reason text, counterparty text) ON COMMIT DROP`); err != nil {
 		return fmt.Errorf("error preparing the import: %w", err)
 	}
 	h := &importHandler{ctx: ctx, tx: tx, im: im, fileID: fileID, digest: digest, format: dec.Format()}
@@ -285,14 +286,18 @@ const insertLinesSQL = `
 // returned), booked within 10 days of the settlement's creation; a credit
 // for a paid one (confirmed, returned), within 90 days (returns come
 // weeks later); same amount and currency; a settlement that already has a
-// line of that direction matched by reference is no candidate. The
-// closest date wins, then the smallest id. Counterparty names are not
-// compared: the parsers do not read them yet.
+// line of that direction matched by reference is no candidate. A
+// candidate whose beneficiary is the line's counterparty (the name the
+// bank reports, compared without case) comes first, then the closest
+// date, then the smallest id. The counterparty is read from the staged
+// lines: it ranks, it is not stored.
 const suggestSQL = `
 	WITH cand AS (
-		SELECT DISTINCT ON (e.id) e.id, s.settlement_id, count(*) OVER (PARTITION BY e.id) AS n
+		SELECT DISTINCT ON (e.id) e.id, s.settlement_id, count(*) OVER (PARTITION BY e.id) AS n,
+		       coalesce(lower(btrim(l.counterparty)) = lower(btrim(s.beneficiary)), false) AS same_party
 		FROM bank_statement_entries e
 		JOIN bank_statements st ON st.id = e.statement_id
+		JOIN ` + importStageTable + ` l ON l.stmt_seq = st.seq AND l.position = e.position AND l.tx_index = e.tx_index
 		JOIN settlements s ON s.amount_cents = e.amount_minor AND s.currency = e.currency
 		WHERE st.file_id = $1 AND e.match = 'none'
 		  AND ((e.direction = 'debit' AND NOT e.reversal AND s.state IN ('sent', 'uncertain', 'confirmed', 'returned')
@@ -303,12 +308,13 @@ const suggestSQL = `
 		                                                    AND (s.created_at AT TIME ZONE 'UTC')::date + 90)))
 		  AND NOT EXISTS (SELECT 1 FROM bank_statement_entries m
 		                  WHERE m.settlement_id = s.settlement_id AND m.direction = e.direction)
-		ORDER BY e.id, abs(coalesce(e.booked_on - (s.created_at AT TIME ZONE 'UTC')::date, 0)), s.settlement_id
+		ORDER BY e.id, 4 DESC, abs(coalesce(e.booked_on - (s.created_at AT TIME ZONE 'UTC')::date, 0)), s.settlement_id
 	)
 	UPDATE bank_statement_entries e
 	SET match = 'suggested', suggested_settlement_id = cand.settlement_id,
 	    suggestion = CASE WHEN cand.n = 1 THEN 'the only settlement with this amount and currency around this date'
 	                      ELSE 'one of ' || cand.n || ' settlements with this amount and currency around this date' END
+	                 || CASE WHEN cand.same_party THEN ', and its beneficiary is the counterparty' ELSE '' END
 	FROM cand WHERE e.id = cand.id`
 
 // importHandler receives the decoded file and stages its lines.
@@ -326,7 +332,8 @@ type importHandler struct {
 }
 
 var stageColumns = []string{"stmt_seq", "position", "tx_index", "tx_count", "entry_ref", "entry_amount_minor",
-	"amount_minor", "currency", "direction", "booked_on", "value_on", "end_to_end_id", "reversal", "return_reason"}
+	"amount_minor", "currency", "direction", "booked_on", "value_on", "end_to_end_id", "reversal", "return_reason",
+	"counterparty"}
 
 func (h *importHandler) Entry(_ *statement.Statement, e statement.Entry) error {
 	h.pos++
@@ -339,16 +346,16 @@ func (h *importHandler) Entry(_ *statement.Statement, e statement.Entry) error {
 	if err != nil {
 		return err
 	}
-	row := func(i, n int, ref string, amount *int64, reason string) []any {
+	row := func(i, n int, ref string, amount *int64, reason, party string) []any {
 		return []any{h.seq + 1, h.pos, i, n, nullText(e.EntryRef), e.AmountMinor, amount, e.Currency,
-			string(e.Direction), booked, value, nullText(ref), e.Reversal, nullText(reason)}
+			string(e.Direction), booked, value, nullText(ref), e.Reversal, nullText(reason), nullText(party)}
 	}
 	if len(e.Transactions) == 0 {
 		amount := e.AmountMinor
-		h.rows = append(h.rows, row(1, 0, "", &amount, e.ReturnReason))
+		h.rows = append(h.rows, row(1, 0, "", &amount, e.ReturnReason, ""))
 	}
 	for i, t := range e.Transactions {
-		h.rows = append(h.rows, row(i+1, len(e.Transactions), t.Reference, t.AmountMinor, t.ReturnReason))
+		h.rows = append(h.rows, row(i+1, len(e.Transactions), t.Reference, t.AmountMinor, t.ReturnReason, t.Counterparty))
 	}
 	if len(h.rows) >= importCopyBatch {
 		if err := h.flush(); err != nil {

@@ -130,6 +130,37 @@ func TestImportStatementMatchesThroughBatches(t *testing.T) {
 	}
 }
 
+// TestImportStatementSuggestsByCounterparty: of two settlements with the
+// line's amount and currency, the one whose beneficiary is the line's
+// counterparty is suggested, and still not matched.
+func TestImportStatementSuggestsByCounterparty(t *testing.T) {
+	t.Parallel()
+	b := setupImport(t)
+	b.seed(t, "cand-a", 777, settlement.Sent, false)
+	b.seed(t, "cand-b", 777, settlement.Uncertain, false)
+	b.seed(t, "paid", 777, settlement.Confirmed, true)
+	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET beneficiary = 'Ada Lovelace' WHERE settlement_id = 'cand-b'`); err != nil {
+		t.Fatal(err)
+	}
+	res := b.importBytes(t, "day.xml", camt053("party", tStmt{account: "acc-1", entries: []tEntry{
+		debit("E1", "paid", 777),
+		{ref: "E2", amount: 777, txs: []tTx{{amount: 777, party: "ADA LOVELACE "}}},
+		{ref: "E3", amount: 777, txs: []tTx{{amount: 777}}},
+	}}))
+	if res.Matched != 1 || res.Suggested != 2 || len(res.UnmatchedEntries) != 2 {
+		t.Fatalf("matched %d, suggested %d: %v", res.Matched, res.Suggested, refs(res.UnmatchedEntries))
+	}
+	withParty, without := res.UnmatchedEntries[0], res.UnmatchedEntries[1]
+	if withParty.SuggestedSettlementID != "cand-b" || !strings.Contains(withParty.Suggestion, "one of 2") ||
+		!strings.Contains(withParty.Suggestion, "counterparty") || withParty.SettlementID != nil {
+		t.Errorf("with a counterparty: %+v", withParty)
+	}
+	// Without one, the smallest id of the two (paid is matched already).
+	if without.SuggestedSettlementID != "cand-a" || strings.Contains(without.Suggestion, "counterparty") {
+		t.Errorf("without a counterparty: %+v", without)
+	}
+}
+
 func TestImportStatementAgainChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)

@@ -37,7 +37,8 @@ content) into the database, each in one transaction, and match their lines to
 settlements by the reference settle sent the bank, through batches. A file is
 known by the SHA-256 of its bytes: importing it again, under any name, changes
 nothing and says so. Lines that no settlement explains are kept and listed,
-with a suggestion (same amount and currency, close date) where there is one;
+with a suggestion (same amount and currency, close date, the beneficiary
+named as counterparty first) where there is one;
 a suggestion is never a match. Returns and reversals of settled payouts are
 listed (settle reconcile bank --statements reports them as returned). A file
 that is not a valid statement is refused whole: nothing of it is stored.
