@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -241,6 +243,7 @@ func TestImportStatementRefusedStoresNothing(t *testing.T) {
 	b.seed(t, "paid-1", 1000, settlement.Confirmed, true)
 	valid := string(camt053("ok", tStmt{account: "acc-1", entries: []tEntry{debit("E1", "paid-1", 1000)}}))
 
+	bai2, mt940 := testdataFile(t, "bai2_terminated.bai"), testdataFile(t, "mt940_dutch.sta")
 	// A file that fails in its second statement, after the first statement
 	// and more than one COPY batch of lines were written in the transaction.
 	var many []tEntry
@@ -262,9 +265,13 @@ func TestImportStatementRefusedStoresNothing(t *testing.T) {
 		"inexact amount":     strings.Replace(valid, ">10.00<", ">10.001<", 1),
 		"date that is not":   dateNot(valid),
 		"unknown currency":   strings.ReplaceAll(valid, `Ccy="EUR"`, `Ccy="XQQ"`),
-		"2 MB on one line":   valid[:strings.Index(valid, "<MsgId>")+7] + strings.Repeat("A", 2<<20) + "</MsgId>",
+		"50 MB on one line":  valid[:strings.Index(valid, "<MsgId>")+7] + strings.Repeat("A", 50<<20) + "</MsgId>",
 		"fails in statement": late,
 		"another XML":        `<?xml version="1.0"?><html><body>hi</body></html>`,
+		// Line formats that fail after a statement ended: BAI2 without its
+		// 99 trailer, MT940 whose second message has no closing balance.
+		"bai2 truncated":  bai2[:strings.Index(bai2, "\n99,")],
+		"mt940 truncated": mt940[:strings.LastIndex(mt940, ":62F:")],
 	}
 	for name, data := range cases {
 		_, err := b.im.Import(context.Background(), name+".xml", strings.NewReader(data))
@@ -319,4 +326,14 @@ func TestImportStatementListsReturnsAndBalanceBreaks(t *testing.T) {
 func dateNot(camt string) string {
 	i := strings.Index(camt, "<BookgDt><Dt>") + len("<BookgDt><Dt>")
 	return camt[:i] + "2030-02-30" + camt[i+len("2030-01-01"):]
+}
+
+// testdataFile reads a file of the statement package's test data.
+func testdataFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "statement", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
