@@ -613,3 +613,52 @@ func checkMT940(t *testing.T, body []byte) {
 		t.Errorf("the last message does not end with -")
 	}
 }
+
+// TestStatementsFromTheBinary asks `settle fakebank` for the day's
+// statement in every format after a payment and a return: the wiring of
+// the command, end to end.
+func TestStatementsFromTheBinary(t *testing.T) {
+	t.Parallel()
+	bp := startBankProcess(t, "--faults", `{"settle_delay_ms":0}`)
+	client, err := bankclient.New(bp.url, bankclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := client.Send(t.Context(), "k1", bankclient.PaymentRequest{AmountCents: 1234, Currency: "EUR",
+		DebtorAccount: "acc-1", CreditorAccount: "Ada", Reference: "settle-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ret, err := http.Post(bp.url+"/admin/returns", "application/json", strings.NewReader(`{"payment_id":"`+res.Payment.ID+`","reason":"MD06"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ret.Body.Close()
+	if ret.StatusCode != http.StatusOK {
+		t.Fatalf("return: %s", ret.Status)
+	}
+	today := time.Now().UTC().Format(time.DateOnly)
+	for _, f := range fakebank.StatementFormats {
+		req, err := http.NewRequest(http.MethodGet, bp.url+"/v1/statements/"+today, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", f.MediaType())
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s %v %s", f, r.Status, err, body)
+		}
+		file, err := statement.Parse(string(f), bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if st := file.Statements[0]; len(st.Entries) != 2 || st.Entries[1].ReturnReason == "" {
+			t.Errorf("%s: %+v", f, st)
+		}
+	}
+}

@@ -146,9 +146,9 @@ func openFile(path string) (*os.File, error) {
 }
 
 // Import stores the statement file r, read from its start (name names it
-// in the result and in errors), in one transaction, unless the same bytes were imported before.
-// A file that is not a statement, or is malformed, is refused with the
-// parser's *statement.Error and nothing is stored.
+// in the result and in errors), in one transaction, unless the same bytes
+// were imported before. A file that is not a statement, or is malformed,
+// is refused with the parser's *statement.Error and nothing is stored.
 func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadSeeker) (ImportResult, error) {
 	if _, err := r.Seek(0, io.SeekStart); err != nil {
 		return ImportResult{}, fmt.Errorf("error reading %s: %w", name, err)
