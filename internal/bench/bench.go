@@ -128,10 +128,13 @@ func replaceDB(u, db string) string {
 	return u + " dbname=" + db
 }
 
-// truncate empties settle's tables and River's jobs.
+// truncate empties settle's tables and River's jobs. CASCADE also empties
+// every table that references settlements (imported statement lines,
+// operator actions), which TRUNCATE otherwise refuses; the benchmark's
+// database is its own.
 func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `TRUNCATE settlement_receipts, settlements, settlement_transitions, ledger_movements,
-		receipt_conflicts, bank_attempts, river_job`)
+		receipt_conflicts, bank_attempts, river_job CASCADE`)
 	if err != nil {
 		return fmt.Errorf("error emptying the benchmark tables: %w", err)
 	}
