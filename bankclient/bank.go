@@ -22,6 +22,20 @@ type Bank interface {
 	Statement(ctx context.Context, after string, limit int) (StatementPage, error)
 }
 
+// IDLookup is implemented by a Bank that looks payments up by its own
+// payment id (Capabilities.LookupByID). A payment it does not hold is an
+// error matching ErrPaymentNotFound.
+type IDLookup interface {
+	StatusByID(ctx context.Context, id string) (Payment, error)
+}
+
+// ReferenceLookup is implemented by a Bank that looks payments up by the
+// reference we sent (Capabilities.LookupByReference). None held is an error
+// matching ErrPaymentNotFound.
+type ReferenceLookup interface {
+	StatusByReference(ctx context.Context, reference string) (Payment, error)
+}
+
 // SendResult is the bank's acceptance of a payment.
 type SendResult struct {
 	// Payment is the payment as the bank reports it.
@@ -37,6 +51,12 @@ const (
 	OpSend      = "send"
 	OpStatus    = "status"
 	OpStatement = "statement"
+	// OpReplay is a Send repeated under the same key to learn what became
+	// of the first (recorded in bank_attempts; on the wire it is a send).
+	OpReplay = "replay"
+	// OpSearch is a search of the bank's list for our reference (recorded
+	// in bank_attempts; on the wire it reads the statement).
+	OpSearch = "search"
 )
 
 // The outcomes of one HTTP attempt, as reported to Options.Observe.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"golang.org/x/time/rate"
 )
 
 // Client is the HTTP implementation of Bank. It is safe for concurrent use.
@@ -31,6 +32,7 @@ type Client struct {
 	maxBody int64
 	logger  *slog.Logger
 	observe func(op, outcome string, d time.Duration)
+	limiter *rate.Limiter // nil: no cap
 }
 
 var _ Bank = (*Client)(nil)
@@ -74,6 +76,12 @@ func New(baseURL string, opts Options) (*Client, error) {
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.RatePerSecond < 0 {
+		return nil, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
+	}
+	if opts.RatePerSecond > 0 {
+		c.limiter = rate.NewLimiter(rate.Limit(opts.RatePerSecond), 1)
 	}
 
 	if opts.Token != "" {
@@ -226,6 +234,14 @@ func (c *Client) endpoint(escapedPath string, q url.Values) string {
 // roundTrip sends one request and reads its answer, bounded by the attempt's
 // context. A transport failure is returned as a retryable *AmbiguousError.
 func (c *Client) roundTrip(ctx context.Context, method, u, key string, body []byte) (answer, error) {
+	if c.limiter != nil {
+		if err := c.limiter.Wait(ctx); err != nil {
+			// Nothing was sent: the wait for our turn outlasted the attempt
+			// (if an earlier attempt of the call was sent, call reports
+			// that one's ambiguity).
+			return answer{}, fmt.Errorf("error waiting for the bank rate limit: %w", err)
+		}
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -289,7 +305,8 @@ func call[T any](ctx context.Context, c *Client, op, key string, attempt func(co
 		attempts int
 		last     *AmbiguousError
 	)
-	op1 := func() (T, error) {
+	rateLimitBudget := p.RateLimitWait
+	once := func() (T, error) {
 		attempts++
 		actx, cancel := context.WithTimeout(ctx, c.timeout)
 		defer cancel()
@@ -297,6 +314,33 @@ func call[T any](ctx context.Context, c *Client, op, key string, attempt func(co
 		res, outcome, err := attempt(actx)
 		if c.observe != nil {
 			c.observe(op, outcome, time.Since(start))
+		}
+		return res, err
+	}
+	op1 := func() (T, error) {
+		res, err := once()
+		// 429 with Retry-After: the bank did nothing and said how long to
+		// wait. Wait that long, within the call's budget, without counting
+		// the attempt against MaxAttempts. (A 429 without it is retried
+		// like any other passing fault.)
+		for ae := (*AmbiguousError)(nil); errors.As(err, &ae) && ae.StatusCode == http.StatusTooManyRequests && ae.RetryAfter > 0; {
+			wait := ae.RetryAfter
+			if wait > rateLimitBudget || ctx.Err() != nil {
+				break
+			}
+			rateLimitBudget -= wait
+			c.logger.LogAttrs(ctx, slog.LevelInfo, "bank rate limit, waiting as asked",
+				slog.String("op", op), slog.String("key", key), slog.Duration("wait", wait))
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			res, err = once()
 		}
 		if err == nil {
 			return res, nil

@@ -37,6 +37,8 @@ const testToken = "tok-9f8e7d6c5b4a-do-not-leak"
 // recorded is one request as the test server saw it.
 type recorded struct {
 	Method, Path, Query, Key, Auth, Body string
+	// At is when the server received the request.
+	At time.Time
 }
 
 // observation is one call of Options.Observe.
@@ -75,6 +77,7 @@ func setup(t *testing.T, handler http.HandlerFunc, mutate ...func(*Options)) *te
 		b.reqs = append(b.reqs, recorded{
 			Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
 			Key: r.Header.Get("Idempotency-Key"), Auth: r.Header.Get("Authorization"), Body: string(body),
+			At: time.Now(),
 		})
 		b.mu.Unlock()
 		r.Body = io.NopCloser(bytes.NewReader(body))

@@ -71,6 +71,10 @@ type Options struct {
 	// settle_bank_requests_total{op,outcome} without this package importing
 	// a metrics library. It must be quick and safe for concurrent use.
 	Observe func(op, outcome string, d time.Duration)
+	// RatePerSecond caps the requests this client sends a second (a token
+	// bucket of one: requests are spaced evenly); 0 means no cap. It is per
+	// client, and so per process: N workers send up to N times as many.
+	RatePerSecond float64
 }
 
 // OptionsFromEnv returns Options holding the credential and CA file from the
@@ -99,6 +103,11 @@ type RetryPolicy struct {
 	// MaxInterval caps a wait. A Retry-After from the bank longer than this
 	// ends the in-call retries: the caller should wait that long instead.
 	MaxInterval time.Duration
+	// RateLimitWait bounds the time one call spends waiting out 429 answers
+	// (each wait as long as its Retry-After asks). Such answers do not count
+	// against MaxAttempts: the bank did nothing and asked us to slow down.
+	// Past the budget the 429 is returned, ambiguous, with its RetryAfter.
+	RateLimitWait time.Duration
 	// Multiplier grows the wait after each attempt.
 	Multiplier float64
 	// RandomizationFactor jitters each wait by ± this fraction.
@@ -111,6 +120,7 @@ var DefaultRetryPolicy = RetryPolicy{
 	MaxElapsed:          2 * time.Second,
 	InitialInterval:     100 * time.Millisecond,
 	MaxInterval:         1 * time.Second,
+	RateLimitWait:       10 * time.Second,
 	Multiplier:          2,
 	RandomizationFactor: 0.5,
 }
@@ -129,6 +139,9 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	}
 	if p.MaxInterval <= 0 {
 		p.MaxInterval = max(d.MaxInterval, p.InitialInterval)
+	}
+	if p.RateLimitWait <= 0 {
+		p.RateLimitWait = d.RateLimitWait
 	}
 	if p.Multiplier < 1 {
 		p.Multiplier = d.Multiplier

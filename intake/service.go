@@ -64,6 +64,10 @@ type Config struct {
 	// Timeout bounds the database work of one call (default 10s); past it
 	// the call fails with ErrUnavailable.
 	Timeout time.Duration
+	// Bank is the connector settlements are paid through (default
+	// bankclient.SettleConnector): it derives each settlement's bank
+	// reference, and an event it could never send is refused (422).
+	Bank bankclient.Connector
 }
 
 // Service takes settlement events in: the receipt transaction, replays and
@@ -77,6 +81,7 @@ type Service struct {
 	horizon time.Duration
 	grace   time.Duration
 	timeout time.Duration
+	bank    bankclient.Connector
 }
 
 // NewService returns a Service for cfg.
@@ -85,7 +90,10 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("error creating intake service: DB and Jobs are required")
 	}
 	s := &Service{db: cfg.DB, jobs: cfg.Jobs, m: cfg.Metrics, now: cfg.Now,
-		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout}
+		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout, bank: cfg.Bank}
+	if s.bank.Name == "" {
+		s.bank = bankclient.SettleConnector
+	}
 	if s.m == nil {
 		s.m = metrics.NewUnregistered()
 	}
@@ -106,13 +114,13 @@ func NewService(cfg Config) (*Service, error) {
 
 // settlementColumns are scanned by scanSettlement, in this order.
 const settlementColumns = `settlement_id, account_id, amount_cents, currency, beneficiary, state,
-	payload_hash, bank_key, needs_investigation, investigation_reason, created_at, updated_at`
+	payload_hash, bank_key, coalesce(bank_reference, settlement_id), needs_investigation, investigation_reason, created_at, updated_at`
 
 func scanSettlement(row pgx.Row, extra ...any) (settlement.Settlement, error) {
 	var st settlement.Settlement
 	var reason *string
 	dest := append([]any{&st.SettlementID, &st.AccountID, &st.AmountCents, &st.Currency, &st.Beneficiary, &st.State,
-		&st.PayloadHash, &st.BankKey, &st.NeedsInvestigation, &reason, &st.CreatedAt, &st.UpdatedAt}, extra...)
+		&st.PayloadHash, &st.BankKey, &st.BankReference, &st.NeedsInvestigation, &reason, &st.CreatedAt, &st.UpdatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return settlement.Settlement{}, err
 	}
@@ -181,6 +189,10 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []Event) ([]Outcome, erro
 	counts := make(map[replayKey]int64)
 	for i, ev := range evs {
 		if err := ev.CheckHorizon(now, s.horizon); err != nil {
+			outs[i].Err = err
+			continue
+		}
+		if err := s.checkBank(ev); err != nil {
 			outs[i].Err = err
 			continue
 		}
@@ -290,8 +302,8 @@ type commitResult struct {
 const insertSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
-		$7::bigint[], $8::text[], $9::text[])
-		AS i(settlement_id, payload_hash, event_id, occurred_at, account_id, beneficiary, amount_cents, currency, bank_key)
+		$7::bigint[], $8::text[], $9::text[], $12::text[])
+		AS i(settlement_id, payload_hash, event_id, occurred_at, account_id, beneficiary, amount_cents, currency, bank_key, bank_reference)
 ), r AS (
 	INSERT INTO settlement_receipts (settlement_id, payload_hash, received_at, first_event_id, occurred_at)
 	SELECT i.settlement_id, i.payload_hash, $10, NULLIF(i.event_id, ''), i.occurred_at
@@ -302,9 +314,9 @@ WITH input AS (
 	RETURNING settlement_id
 )
 INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
-	bank_key, payload_hash, next_check_at, created_at, updated_at)
+	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at)
 SELECT i.settlement_id, i.account_id, i.beneficiary, i.amount_cents, i.currency, 'pending',
-	i.bank_key, i.payload_hash, $11, $10, $10
+	i.bank_key, i.bank_reference, i.payload_hash, $11, $10, $10
 FROM input i JOIN r USING (settlement_id)
 ORDER BY i.settlement_id
 RETURNING ` + settlementColumns
@@ -321,8 +333,8 @@ WITH r AS (
 	RETURNING settlement_id
 )
 INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
-	bank_key, payload_hash, next_check_at, created_at, updated_at)
-SELECT r.settlement_id, $5, $6, $7, $8, 'pending', $9, $2, $11, $10, $10
+	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at)
+SELECT r.settlement_id, $5, $6, $7, $8, 'pending', $9, $12, $2, $11, $10, $10
 FROM r
 RETURNING ` + settlementColumns
 
@@ -363,13 +375,14 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	n := len(leads)
 	ids, hashes, eventIDs := make([]string, n), make([]string, n), make([]string, n)
 	occurred := make([]pgtype.Timestamptz, n)
-	accounts, beneficiaries, currencies, bankKeys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	accounts, beneficiaries, currencies, bankKeys, refs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	amounts := make([]int64, n)
 	for i, l := range leads {
 		ids[i], hashes[i], eventIDs[i] = l.ev.SettlementID, l.hash, l.ev.EventID
 		occurred[i] = pgtype.Timestamptz{Time: l.ev.OccurredAt, Valid: !l.ev.OccurredAt.IsZero()}
 		accounts[i], beneficiaries[i], amounts[i], currencies[i] = l.ev.AccountID, l.ev.Beneficiary, l.ev.AmountCents, l.ev.Currency
 		bankKeys[i] = bankclient.KeyFor(l.ev.SettlementID)
+		refs[i] = s.bank.Capabilities.Reference(l.ev.SettlementID)
 	}
 
 	// A single event, the common case of the HTTP API, takes statements
@@ -383,10 +396,10 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	var rows pgx.Rows
 	if n == 1 {
 		rows, err = tx.Query(ctx, insertOneSQL, ids[0], hashes[0], eventIDs[0], occurred[0], accounts[0], beneficiaries[0],
-			amounts[0], currencies[0], bankKeys[0], now, now.Add(s.grace))
+			amounts[0], currencies[0], bankKeys[0], now, now.Add(s.grace), refs[0])
 	} else {
 		rows, err = tx.Query(ctx, insertSQL, ids, hashes, eventIDs, occurred, accounts, beneficiaries, amounts, currencies, bankKeys,
-			now, now.Add(s.grace))
+			now, now.Add(s.grace), refs)
 	}
 	if err != nil {
 		return res, fmt.Errorf("error inserting receipts: %w", err)
@@ -558,4 +571,16 @@ func (s *Service) View(ctx context.Context, id string) (settlement.View, error) 
 		return settlement.View{}, classify(err)
 	}
 	return v, err
+}
+
+// checkBank refuses an event the configured bank could never send (a
+// currency it does not serve, a beneficiary it cannot route) with an
+// *InvalidError naming the field (422).
+func (s *Service) checkBank(ev Event) error {
+	err := s.bank.Check(ev.Currency, ev.Beneficiary)
+	var fe *bankclient.FieldError
+	if errors.As(err, &fe) {
+		return invalid(fe.Field, fe.Reason)
+	}
+	return err
 }

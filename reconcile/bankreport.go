@@ -443,7 +443,7 @@ const recheckCandidatesSQL = `
 		FROM ` + stmtTable + ` GROUP BY reference
 	)
 	SELECT s.settlement_id, s.bank_key
-	FROM settlements s LEFT JOIN b ON b.reference = s.settlement_id
+	FROM settlements s LEFT JOIN b ON b.reference = coalesce(s.bank_reference, s.settlement_id)
 	WHERE (s.state = 'confirmed' AND coalesce(b.n_settled, 0) = 0)
 	   OR (s.state = 'failed' AND coalesce(b.n_open, 0) > 0)`
 
@@ -513,12 +513,13 @@ const classifySQL = `
 		FROM ` + stmtTable + ` GROUP BY reference
 	), j AS (
 		SELECT coalesce(s.settlement_id, b.reference) AS settlement_id,
+		       coalesce(s.bank_reference, s.settlement_id, b.reference) AS ref,
 		       s.state, s.amount_cents, s.currency, s.needs_investigation, s.investigation_reason,
 		       m.settlement_id IS NOT NULL AS has_mv, m.amount_cents AS mv_amount, m.currency AS mv_currency,
 		       coalesce(b.n, 0) AS n, coalesce(b.n_settled, 0) AS n_settled,
 		       b.status AS bank_status, b.amount_cents AS bank_amount, b.currency AS bank_currency
 		FROM (settlements s LEFT JOIN ledger_movements m ON m.settlement_id = s.settlement_id AND m.kind = 'payout')
-		FULL JOIN b ON b.reference = s.settlement_id
+		FULL JOIN b ON b.reference = coalesce(s.bank_reference, s.settlement_id)
 	), c AS (
 		SELECT j.*, CASE
 			WHEN n >= 2 THEN 'duplicate_at_bank'
@@ -574,7 +575,7 @@ func (r *BankReporter) streamBreaks(ctx context.Context, tx pgx.Tx, sink BankSin
 		              ORDER BY t.id DESC LIMIT 1) END,
 		       coalesce((SELECT json_agg(json_build_object('id', p.id, 'idempotency_key', p.idempotency_key,
 		                        'status', p.status, 'amount_cents', p.amount_cents, 'currency', p.currency) ORDER BY p.seq)
-		                 FROM `+stmtTable+` p WHERE p.reference = c.settlement_id), '[]'::json)
+		                 FROM `+stmtTable+` p WHERE p.reference = c.ref), '[]'::json)
 		FROM c
 		WHERE c.class IN ('missing_in_ledger', 'missing_at_bank', 'amount_mismatch', 'status_mismatch',
 		                  'duplicate_at_bank', 'unresolved')

@@ -47,6 +47,8 @@ const (
 	// AnswerUnauthorized: the bank refused our credentials; says nothing
 	// about the payment.
 	AnswerUnauthorized AnswerKind = "unauthorized"
+	// AnswerDuplicate: a search found several payments with our reference.
+	AnswerDuplicate AnswerKind = "duplicate"
 )
 
 // Answer is the bank's answer to one call, stripped of transport details.
@@ -59,7 +61,16 @@ type Answer struct {
 	Detail string
 	// HTTPStatus is the HTTP status of the answer when known, else 0.
 	HTTPStatus int
+	// RetryAfter is the wait the bank asked for (429, 503), else 0.
+	RetryAfter time.Duration
+	// Question is what was asked (AskByKey for a status check by key, the
+	// zero value for a send).
+	Question Question
 }
+
+// RateLimited reports whether the bank asked us to slow down: nothing was
+// learned, and the next question waits at least RetryAfter.
+func (a Answer) RateLimited() bool { return a.HTTPStatus == http.StatusTooManyRequests }
 
 // ClassifySend turns the result of Bank.Send into an Answer. ok is false
 // when err says nothing reached the bank (a local error or a context that
@@ -88,7 +99,7 @@ func classifyErr(err error) (Answer, bool) {
 	)
 	switch {
 	case errors.As(err, &ae):
-		a.Kind, a.HTTPStatus = AnswerAmbiguous, ae.StatusCode
+		a.Kind, a.HTTPStatus, a.RetryAfter = AnswerAmbiguous, ae.StatusCode, ae.RetryAfter
 		if bankclient.IsUnauthorized(err) {
 			a.Kind = AnswerUnauthorized
 		}
@@ -96,7 +107,7 @@ func classifyErr(err error) (Answer, bool) {
 		a.Kind, a.HTTPStatus = AnswerKeyReuse, http.StatusUnprocessableEntity
 	case errors.As(err, &re):
 		a.Kind, a.HTTPStatus = AnswerRejected, re.StatusCode
-	case bankclient.IsNotFound(err):
+	case bankclient.IsNotFound(err), errors.Is(err, bankclient.ErrPaymentNotFound):
 		a.Kind, a.HTTPStatus = AnswerNotFound, http.StatusNotFound
 	default:
 		return a, false
@@ -114,6 +125,10 @@ type Policy struct {
 	CheckInterval time.Duration
 	// MaxCheckInterval caps the delay between checks.
 	MaxCheckInterval time.Duration
+	// Bank is what the bank can do: which questions the decisions may
+	// ask it (the zero value asks nothing but a POST; the settle
+	// connector's looks up by key).
+	Bank bankclient.Capabilities
 }
 
 // checkDelay is the delay before status check number attempts+1.
@@ -144,6 +159,20 @@ type Facts struct {
 	CheckAttempts int
 	// Flagged is true when the settlement already needs investigation.
 	Flagged bool
+	// BankReference is the reference the settlement was sent under.
+	BankReference string
+	// BankPaymentID is the bank's id of the payment, once any answer
+	// carried it.
+	BankPaymentID string
+}
+
+// reference is the reference the settlement travels under (its id for a
+// settlement received before references were stored).
+func (f Facts) reference() string {
+	if f.BankReference != "" {
+		return f.BankReference
+	}
+	return f.SettlementID
 }
 
 // keyAlive reports whether the bank still remembers the key for sure:
@@ -213,7 +242,63 @@ const (
 	// ReasonAcceptedThenUnknown: the bank accepted the payment once and now
 	// says it never saw the key.
 	ReasonAcceptedThenUnknown = "bank_lost_accepted_payment"
+	// ReasonNoSafeQuestion: the bank can only be asked by its own payment
+	// id, which no answer gave us, the key may be forgotten, so a replay
+	// could pay twice, and the bank's list cannot be searched.
+	ReasonNoSafeQuestion = "no_safe_question"
+	// ReasonNotInList: after the key window, the bank's list holds no
+	// payment with our reference; only a human can tell whether the lost
+	// request ever arrived.
+	ReasonNotInList = "not_in_bank_list"
+	// ReasonDuplicateAtBank: the bank holds more than one payment with our
+	// reference.
+	ReasonDuplicateAtBank = "duplicate_at_bank"
 )
+
+// Question is how the engine asks the bank about a settlement whose
+// outcome it does not know.
+type Question string
+
+// The questions, strongest first (DESIGN.md section 13).
+const (
+	// AskByKey: the status by our idempotency key.
+	AskByKey Question = "by_key"
+	// AskByReference: the status by the reference we sent.
+	AskByReference Question = "by_reference"
+	// AskByID: the status by the bank's payment id.
+	AskByID Question = "by_id"
+	// AskReplay: the identical POST under the same key, while the bank
+	// certainly remembers the key: it answers with the payment (and its
+	// id) without paying twice.
+	AskReplay Question = "replay"
+	// AskSearch: look for our reference in the bank's list.
+	AskSearch Question = "search"
+	// AskNothing: no safe question is left; flag it for a human.
+	AskNothing Question = "none"
+)
+
+// ChooseQuestion picks the strongest safe question the bank allows about a
+// settlement whose outcome is unknown: a lookup by our key or reference;
+// else by the bank's id once an answer gave it; else, while the key is
+// certainly remembered, the identical request again under the same key
+// (never a new key); else a search of the bank's list; else nothing.
+func ChooseQuestion(f Facts, p Policy, now time.Time) Question {
+	c := p.Bank
+	switch {
+	case c.LookupByKey:
+		return AskByKey
+	case c.LookupByReference:
+		return AskByReference
+	case c.LookupByID && f.BankPaymentID != "":
+		return AskByID
+	case !f.FirstAttemptAt.IsZero() && f.keyAlive(p, now):
+		return AskReplay
+	case c.Search:
+		return AskSearch
+	default:
+		return AskNothing
+	}
+}
 
 // Decision is what to do with a settlement after one answer of the bank.
 type Decision struct {
@@ -265,7 +350,7 @@ func finalStatus(f Facts, pay bankclient.Payment) (Decision, bool) {
 func mismatch(f Facts, pay bankclient.Payment) bool {
 	return (pay.AmountCents != 0 && pay.AmountCents != f.AmountCents) ||
 		(pay.Currency != "" && pay.Currency != f.Currency) ||
-		(pay.Reference != "" && pay.Reference != f.SettlementID)
+		(pay.Reference != "" && pay.Reference != f.reference())
 }
 
 // flag keeps a settlement for a human: pending or sent become uncertain,
@@ -298,7 +383,42 @@ func DecideSend(f Facts, p Policy, now time.Time, a Answer) Decision {
 	case AnswerKeyReuse:
 		return flag(f, ReasonKeyReuse, "bank holds another body under our key")
 	default: // ambiguous, unauthorized, or a 404 that send never expects
-		return Decision{To: settlement.Uncertain, Reason: "no definitive answer to send: " + string(a.Kind), NextCheckAt: now.Add(p.checkDelay(0))}
+		return Decision{To: settlement.Uncertain, Reason: "no definitive answer to send: " + string(a.Kind), NextCheckAt: now.Add(max(p.checkDelay(0), a.RetryAfter))}
+	}
+}
+
+// DecideReplay decides what the answer to the identical POST, repeated
+// under the same key while the bank remembers it (AskReplay), means for a
+// settlement whose first answer was lost (pending with an attempt, sent or
+// uncertain). The payment it carries is the one the key paid, never a
+// second: its id is learned and stored; its status counts only when the
+// bank replays the current resource (a bank that replays the original
+// response reports the status of the day it was created), so such a
+// payment is asked again by id. A rejection is the original rejection; no
+// definitive answer keeps it waiting.
+func DecideReplay(f Facts, p Policy, now time.Time, a Answer) Decision {
+	next := now.Add(p.checkDelay(f.CheckAttempts + 1))
+	switch a.Kind {
+	case AnswerPayment:
+		if mismatch(f, a.Payment) {
+			return flag(f, ReasonPaymentMismatch, "bank payment "+a.Payment.ID+" under our key differs from the settlement")
+		}
+		if p.Bank.Replay != bankclient.ReplayOriginal {
+			if d, ok := finalStatus(f, a.Payment); ok {
+				return d
+			}
+		}
+		return Decision{To: settlement.Sent, Reason: fmt.Sprintf("the replay under our key names payment %s", a.Payment.ID), NextCheckAt: next, Definitive: true}
+	case AnswerRejected:
+		return Decision{To: settlement.Failed, Reason: "bank rejected the payment: " + a.Detail, Definitive: true}
+	case AnswerKeyReuse:
+		return flag(f, ReasonKeyReuse, "bank holds another body under our key")
+	default:
+		to := f.State
+		if to == settlement.Pending {
+			to = settlement.Uncertain
+		}
+		return Decision{To: to, Reason: "no definitive answer to the replay: " + string(a.Kind), NextCheckAt: now.Add(max(p.checkDelay(f.CheckAttempts+1), a.RetryAfter))}
 	}
 }
 
@@ -320,8 +440,14 @@ func DecideStatus(f Facts, p Policy, now time.Time, a Answer) Decision {
 			return d
 		}
 		return Decision{To: settlement.Sent, Reason: fmt.Sprintf("bank holds payment %s (%s)", a.Payment.ID, a.Payment.Status), NextCheckAt: next, Definitive: true}
+	case AnswerDuplicate:
+		return flag(f, ReasonDuplicateAtBank, a.Detail)
 	case AnswerNotFound:
 		switch {
+		case a.Question == AskByID:
+			return flag(f, ReasonAcceptedThenUnknown, "bank no longer knows payment "+f.BankPaymentID+", whose id it gave us")
+		case a.Question == AskSearch:
+			return flag(f, ReasonNotInList, fmt.Sprintf("the bank's list holds no payment with reference %s, first attempted %s ago (key TTL %s): never resend", f.reference(), now.Sub(f.FirstAttemptAt).Round(time.Second), p.KeyTTL))
 		case f.State == settlement.Sent:
 			// The bank accepted it once; a 404 now contradicts that. Sending
 			// again could pay twice.
@@ -341,6 +467,12 @@ func DecideStatus(f Facts, p Policy, now time.Time, a Answer) Decision {
 			to = settlement.Uncertain
 		}
 		d := Decision{To: to, Reason: "no definitive answer to status check: " + string(a.Kind), NextCheckAt: next}
+		if a.RateLimited() {
+			// Asked to slow down: nothing learned, no check burned; the
+			// next one waits at least as long as the bank asked.
+			d.Reason = "bank rate limit: asked again later"
+			d.NextCheckAt = now.Add(max(p.checkDelay(f.CheckAttempts), a.RetryAfter))
+		}
 		if f.Flagged {
 			d.NextCheckAt = time.Time{} // a human owns it; only they ask again
 		}

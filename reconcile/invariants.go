@@ -78,7 +78,8 @@ type Expect struct {
 //   - a confirmed settlement has a settled payment at the bank, which its
 //     movement names; a failed one has none; after recovery a settled
 //     payment belongs to a confirmed settlement or a flagged one;
-//   - no POST was claimed once KeyTTL had passed since the first attempt;
+//   - no POST (a send or a replay) was claimed once KeyTTL had passed since
+//     the first attempt;
 //   - every 409 answered was recorded in receipt_conflicts, against the
 //     receipt's hash;
 //   - after recovery, nothing is open without needs_investigation.
@@ -89,18 +90,18 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
 
 	type settlementRow struct {
-		id, account, currency, beneficiary, bankKey, receiptHash string
-		state                                                    settlement.State
-		amount                                                   int64
-		flagged                                                  bool
+		id, ref, account, currency, beneficiary, bankKey, receiptHash string
+		state                                                         settlement.State
+		amount                                                        int64
+		flagged                                                       bool
 	}
 	settlements, err := collect(ctx, db, `
-		SELECT s.settlement_id, s.state, s.account_id, s.currency, s.beneficiary, s.bank_key,
-		       coalesce(r.payload_hash, ''), s.amount_cents, s.needs_investigation
+		SELECT s.settlement_id, coalesce(s.bank_reference, s.settlement_id), s.state, s.account_id, s.currency,
+		       s.beneficiary, s.bank_key, coalesce(r.payload_hash, ''), s.amount_cents, s.needs_investigation
 		FROM settlements s LEFT JOIN settlement_receipts r USING (settlement_id)
 		ORDER BY s.settlement_id`, func(row pgx.CollectableRow) (settlementRow, error) {
 		var s settlementRow
-		err := row.Scan(&s.id, &s.state, &s.account, &s.currency, &s.beneficiary, &s.bankKey,
+		err := row.Scan(&s.id, &s.ref, &s.state, &s.account, &s.currency, &s.beneficiary, &s.bankKey,
 			&s.receiptHash, &s.amount, &s.flagged)
 		return s, err
 	})
@@ -142,7 +143,7 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 			SELECT a.settlement_id || ' claimed a POST at ' || a.started_at::text ||
 			       ', first attempt ' || s.first_attempt_at::text
 			FROM bank_attempts a JOIN settlements s USING (settlement_id)
-			WHERE a.op = 'send' AND a.started_at >= s.first_attempt_at + $1::float8 * interval '1 second'
+			WHERE a.op IN ('send', 'replay') AND a.started_at >= s.first_attempt_at + $1::float8 * interval '1 second'
 			ORDER BY a.id`, pgx.RowTo[string], e.KeyTTL.Seconds())
 		if err != nil {
 			return nil, err
@@ -165,8 +166,10 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 	}
 
 	byID := map[string]settlementRow{}
+	idOfRef := map[string]string{} // the bank knows settlements by their reference
 	for _, s := range settlements {
 		byID[s.id] = s
+		idOfRef[s.ref] = s.id
 	}
 	movesOf := map[string][]movementRow{}
 	for _, m := range movements {
@@ -177,10 +180,11 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 	}
 	paysOf := map[string][]bankclient.Payment{}
 	for _, p := range e.Payments {
-		paysOf[p.Reference] = append(paysOf[p.Reference], p)
-		if _, ok := byID[p.Reference]; !ok && e.CheckBank {
-			bad("bank payment %s for %s, which is not a settlement", p.ID, p.Reference)
+		id, ok := idOfRef[p.Reference]
+		if !ok && e.CheckBank {
+			bad("bank payment %s for reference %s, which is no settlement's", p.ID, p.Reference)
 		}
+		paysOf[id] = append(paysOf[id], p)
 	}
 	for _, id := range e.Delivered {
 		if _, ok := byID[id]; !ok {

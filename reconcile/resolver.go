@@ -54,6 +54,10 @@ type Resolver struct {
 	DB DB
 	// Bank is the bank (required).
 	Bank bankclient.Bank
+	// Capabilities is what Bank can do; the decisions choose their
+	// questions from it. Default: bankclient.SettleConnector's (lookup by
+	// our key).
+	Capabilities *bankclient.Capabilities
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// KeyTTL is --bank-key-ttl: never resend once this much time has passed
@@ -117,7 +121,11 @@ func (r *Resolver) now() time.Time {
 }
 
 func (r *Resolver) policy() Policy {
-	p := Policy{KeyTTL: r.KeyTTL, CheckInterval: r.CheckInterval, MaxCheckInterval: r.MaxCheckInterval}
+	p := Policy{KeyTTL: r.KeyTTL, CheckInterval: r.CheckInterval, MaxCheckInterval: r.MaxCheckInterval,
+		Bank: bankclient.SettleConnector.Capabilities}
+	if r.Capabilities != nil {
+		p.Bank = *r.Capabilities
+	}
 	if p.KeyTTL <= 0 {
 		p.KeyTTL = DefaultKeyTTL
 	}
@@ -197,12 +205,13 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 	)
 	err := r.DB.QueryRow(ctx, `
 		SELECT s.state, s.account_id, s.beneficiary, s.amount_cents, s.currency, s.bank_key,
+		       coalesce(s.bank_reference, s.settlement_id), coalesce(s.bank_payment_id, ''),
 		       s.first_attempt_at, s.check_attempts, s.investigation_reason,
 		       (SELECT max(t.at) FROM settlement_transitions t
 		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'uncertain')
 		FROM settlements s WHERE s.settlement_id = $1`, id).
 		Scan(&state, &f.AccountID, &f.Beneficiary, &f.AmountCents, &f.Currency, &f.BankKey,
-			&first, &f.CheckAttempts, &reason, &entered)
+			&f.BankReference, &f.BankPaymentID, &first, &f.CheckAttempts, &reason, &entered)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, settlement.ErrNotFound)
 	}
@@ -271,13 +280,7 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 	f.FirstAttemptAt = first
 
 	crash.Point(crash.SendBeforeBank)
-	res, err := r.Bank.Send(ctx, f.BankKey, bankclient.PaymentRequest{
-		AmountCents:     f.AmountCents,
-		Currency:        f.Currency,
-		DebtorAccount:   f.AccountID,
-		CreditorAccount: f.Beneficiary,
-		Reference:       f.SettlementID,
-	})
+	res, err := r.Bank.Send(ctx, f.BankKey, f.request())
 	crash.Point(crash.SendAfterBank)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
@@ -300,27 +303,56 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 	return out, nil
 }
 
-// check asks the bank for the status by key and applies the answer; a key
-// the bank never saw is resent while young.
+// request is the payment request of a settlement: identical every time it
+// is sent, under its stable key.
+func (f facts) request() bankclient.PaymentRequest {
+	return bankclient.PaymentRequest{
+		AmountCents:     f.AmountCents,
+		Currency:        f.Currency,
+		DebtorAccount:   f.AccountID,
+		CreditorAccount: f.Beneficiary,
+		Reference:       f.reference(),
+	}
+}
+
+// check asks the bank the strongest safe question about a settlement
+// (ChooseQuestion) and applies the answer; a key the bank never saw is
+// resent while young; with no safe question left the settlement is flagged.
 func (r *Resolver) check(ctx context.Context, f facts, hook TxHook) (Outcome, error) {
-	att := attempt{op: bankclient.OpStatus}
+	now := r.now()
+	q := ChooseQuestion(f.Facts, r.policy(), now)
+	if q == AskNothing {
+		d := flag(f.Facts, ReasonNoSafeQuestion, "the bank can be asked only by its payment id, which no answer gave us, and the key may be forgotten: never resend")
+		out, err := r.apply(ctx, f, d, attempt{}, hook)
+		out.Action = ActionCheck
+		return out, err
+	}
+	att := attempt{op: map[Question]string{AskReplay: bankclient.OpReplay, AskSearch: bankclient.OpSearch}[q]}
+	if att.op == "" {
+		att.op = bankclient.OpStatus
+	}
 	if err := r.DB.QueryRow(ctx, `
 		INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at)
 		VALUES ($1, $2, $3, $4) RETURNING id`,
-		f.SettlementID, att.op, f.BankKey, r.now()).Scan(&att.id); err != nil {
+		f.SettlementID, att.op, f.BankKey, now).Scan(&att.id); err != nil {
 		return Outcome{}, fmt.Errorf("error recording status check of settlement %s: %w", f.SettlementID, err)
 	}
-	p, err := r.Bank.StatusByKey(ctx, f.BankKey)
+	ans, ok, err := r.ask(ctx, f, q)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	ans, ok := ClassifyStatus(p, err)
+	ans.Question = q
 	att.answer, att.sent = ans, ok
 	if !ok {
 		r.finishAttempt(rctx, att)
 		return Outcome{}, fmt.Errorf("error checking settlement %s: %w", f.SettlementID, err)
 	}
-	d := DecideStatus(f.Facts, r.policy(), r.now(), ans)
+	var d Decision
+	if q == AskReplay {
+		d = DecideReplay(f.Facts, r.policy(), r.now(), ans)
+	} else {
+		d = DecideStatus(f.Facts, r.policy(), r.now(), ans)
+	}
 	if !d.Resend {
 		out, err := r.apply(rctx, f, d, att, hook)
 		out.Action = ActionCheck
@@ -347,6 +379,62 @@ func (r *Resolver) check(ctx context.Context, f facts, hook TxHook) (Outcome, er
 		return Outcome{SettlementID: f.SettlementID, Action: ActionNone, State: f.State, Done: true, LostRace: true}, nil
 	}
 	return r.send(ctx, f, hook)
+}
+
+// ask puts question q to the bank and classifies its answer; ok is false
+// (with err) when nothing reached the bank.
+func (r *Resolver) ask(ctx context.Context, f facts, q Question) (Answer, bool, error) {
+	var (
+		p   bankclient.Payment
+		err error
+	)
+	switch q {
+	case AskReplay:
+		res, err := r.Bank.Send(ctx, f.BankKey, f.request())
+		a, ok := ClassifySend(res, err)
+		return a, ok, err
+	case AskSearch:
+		return r.search(ctx, f)
+	case AskByID:
+		l, can := r.Bank.(bankclient.IDLookup)
+		if !can {
+			return Answer{}, false, fmt.Errorf("%w: status by payment id", bankclient.ErrUnsupported)
+		}
+		p, err = l.StatusByID(ctx, f.BankPaymentID)
+	case AskByReference:
+		l, can := r.Bank.(bankclient.ReferenceLookup)
+		if !can {
+			return Answer{}, false, fmt.Errorf("%w: status by reference", bankclient.ErrUnsupported)
+		}
+		p, err = l.StatusByReference(ctx, f.reference())
+	default:
+		p, err = r.Bank.StatusByKey(ctx, f.BankKey)
+	}
+	a, ok := ClassifyStatus(p, err)
+	return a, ok, err
+}
+
+// search looks for the settlement's reference in the bank's whole list:
+// one payment is the answer, none is AnswerNotFound, several flag it.
+func (r *Resolver) search(ctx context.Context, f facts) (Answer, bool, error) {
+	var found []bankclient.Payment
+	for p, err := range bankclient.Payments(ctx, r.Bank, 1000) {
+		if err != nil {
+			a, ok := classifyErr(err)
+			return a, ok, err
+		}
+		if p.Reference == f.reference() {
+			found = append(found, p)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return Answer{Kind: AnswerNotFound, Detail: "no payment with reference " + f.reference() + " in the bank's list"}, true, nil
+	case 1:
+		return Answer{Kind: AnswerPayment, Payment: found[0]}, true, nil
+	default:
+		return Answer{Kind: AnswerDuplicate, Payment: found[0], Detail: fmt.Sprintf("%d payments with reference %s in the bank's list", len(found), f.reference())}, true, nil
+	}
 }
 
 // apply records the attempt's answer and carries decision d out in one
@@ -376,7 +464,7 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		nextCheck = &t
 	}
 	checks := 0
-	if att.op == bankclient.OpStatus {
+	if att.id != 0 && att.op != bankclient.OpSend && !att.answer.RateLimited() {
 		checks = 1
 	}
 	var paymentID, bankStatus *string
@@ -390,8 +478,10 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	if err := finishAttempt(ctx, tx, att, now); err != nil {
-		return Outcome{}, err
+	if att.id != 0 {
+		if err := finishAttempt(ctx, tx, att, now); err != nil {
+			return Outcome{}, err
+		}
 	}
 	if d.Moves(f.State) {
 		err := statemachine.Transition(ctx, tx, statemachine.Change{

@@ -10,14 +10,17 @@ var ErrNotFound = errors.New("settlement not found")
 
 // Settlement is a stored settlement as the API shows it.
 type Settlement struct {
-	SettlementID        string    `json:"settlement_id"`
-	AccountID           string    `json:"account_id"`
-	AmountCents         int64     `json:"amount_cents"`
-	Currency            string    `json:"currency"`
-	Beneficiary         string    `json:"beneficiary"`
-	State               State     `json:"state"`
-	PayloadHash         string    `json:"payload_hash"`
-	BankKey             string    `json:"bank_key"`
+	SettlementID string `json:"settlement_id"`
+	AccountID    string `json:"account_id"`
+	AmountCents  int64  `json:"amount_cents"`
+	Currency     string `json:"currency"`
+	Beneficiary  string `json:"beneficiary"`
+	State        State  `json:"state"`
+	PayloadHash  string `json:"payload_hash"`
+	BankKey      string `json:"bank_key"`
+	// BankReference is the reference the settlement travels to the bank
+	// under: its id when the bank's rules allow, else a stable short form.
+	BankReference       string    `json:"bank_reference"`
 	NeedsInvestigation  bool      `json:"needs_investigation"`
 	InvestigationReason string    `json:"investigation_reason,omitempty"`
 	CreatedAt           time.Time `json:"created_at"`

@@ -1,0 +1,205 @@
+package bankclient
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ErrUnsupported is returned by a Bank method its bank does not offer (a
+// status lookup by our key at a bank that only knows its own payment ids,
+// say). The engine never calls one its Capabilities deny; a call that
+// returns it sent nothing.
+var ErrUnsupported = errors.New("the bank does not offer this operation")
+
+// ErrPaymentNotFound is returned by StatusByID and StatusByReference when
+// the bank holds no payment with that id or reference.
+var ErrPaymentNotFound = errors.New("bank holds no such payment")
+
+// Replay says what a bank answers to the same request under the same
+// idempotency key within its key window.
+type Replay string
+
+// The replay behaviours of banks (DESIGN.md section 13).
+const (
+	// ReplayStored: the payment as it is now, marked replayed (settle).
+	ReplayStored Replay = "stored"
+	// ReplayOriginal: the original response again, its status as it was
+	// then (Stripe): the payment id is news, the status is not.
+	ReplayOriginal Replay = "original"
+	// ReplayCurrent: the current resource (UK Open Banking).
+	ReplayCurrent Replay = "current"
+)
+
+// Capabilities is what a bank can do and what it accepts: the decisions
+// choose the strongest safe question from it, and intake refuses what it
+// could never accept.
+type Capabilities struct {
+	// LookupByKey: the status of a payment can be asked by our idempotency
+	// key (a 404 then means the bank never saw the key).
+	LookupByKey bool
+	// LookupByReference: by the reference we sent.
+	LookupByReference bool
+	// LookupByID: by the bank's own payment id.
+	LookupByID bool
+	// Search: the bank's list or statement holds every payment it
+	// executed and can be searched for our reference.
+	Search bool
+	// Replay is what a replay of a request under the same key answers.
+	Replay Replay
+	// KeyWindow is how long the bank keeps an idempotency key (0: the
+	// bank does not say; --bank-key-ttl alone governs).
+	KeyWindow time.Duration
+	// KeyMaxLen bounds the idempotency key (0: no limit). Our keys are
+	// UUIDs, 36 characters.
+	KeyMaxLen int
+	// RefMaxLen bounds the reference the bank carries (0: no limit), and
+	// RefAllowed lists the characters it accepts besides ASCII letters and
+	// digits ("" with RefASCIIOnly false: anything).
+	RefMaxLen    int
+	RefAllowed   string
+	RefASCIIOnly bool
+	// Currencies lists the currencies the bank serves (nil: any ISO 4217
+	// currency).
+	Currencies []string
+}
+
+// Reference returns the reference a settlement is sent to this bank under:
+// the settlement id itself when it fits the bank's length and character
+// rules, otherwise a deterministic short form ("S" + base32 of its SHA-256,
+// cut to the limit). It is derived once, at intake, stored with the
+// settlement and never recomputed, so a change of rules cannot change the
+// reference of a settlement already received.
+func (c Capabilities) Reference(settlementID string) string {
+	if c.fits(settlementID) {
+		return settlementID
+	}
+	sum := sha256.Sum256([]byte(settlementID))
+	ref := "S" + strings.TrimRight(base32.StdEncoding.EncodeToString(sum[:]), "=")
+	n := c.RefMaxLen
+	if n <= 0 || n > 40 {
+		n = 40 // 195 bits of the hash: more than enough to never collide
+	}
+	return ref[:n]
+}
+
+// fits reports whether ref can travel as it is.
+func (c Capabilities) fits(ref string) bool {
+	if ref == "" || (c.RefMaxLen > 0 && len(ref) > c.RefMaxLen) {
+		return false
+	}
+	if !c.RefASCIIOnly && c.RefAllowed == "" {
+		return true
+	}
+	for _, r := range ref {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case strings.ContainsRune(c.RefAllowed, r):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Serves reports whether the bank serves currency.
+func (c Capabilities) Serves(currency string) bool {
+	return c.Currencies == nil || slices.Contains(c.Currencies, currency)
+}
+
+// FieldError is a settlement field a bank could never accept: intake
+// refuses the event with 422 naming Field.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + " " + e.Reason }
+
+// Connector describes one kind of bank settle can pay through: its name
+// (--bank), what it can do, how to reach it, and what it accepts.
+type Connector struct {
+	// Name is the --bank value.
+	Name string
+	// Summary is one line for --help and error messages.
+	Summary string
+	// Capabilities is what the bank can do.
+	Capabilities Capabilities
+	// New returns a client of the bank at baseURL.
+	New func(baseURL string, opts Options) (Bank, error)
+	// CheckEvent refuses a currency or beneficiary the bank could never
+	// route, with a *FieldError; nil accepts everything.
+	CheckEvent func(currency, beneficiary string) error
+	// DefaultReturnWatch is how long after confirmation a returned payment
+	// is still reported by the status API (--return-watch's default).
+	DefaultReturnWatch time.Duration
+}
+
+// Check refuses what the connector could never send: a currency it does
+// not serve, a beneficiary it cannot route.
+func (c Connector) Check(currency, beneficiary string) error {
+	if !c.Capabilities.Serves(currency) {
+		return &FieldError{Field: "currency", Reason: fmt.Sprintf("is not served by the %s connector (it serves %s)", c.Name, strings.Join(c.Capabilities.Currencies, ", "))}
+	}
+	if c.CheckEvent != nil {
+		return c.CheckEvent(currency, beneficiary)
+	}
+	return nil
+}
+
+// connectors are the registered connectors, by name.
+var connectors = map[string]Connector{}
+
+// Register adds a connector; connector packages call it from init. It
+// panics on a duplicate name (a programming error).
+func Register(c Connector) {
+	if _, dup := connectors[c.Name]; dup || c.Name == "" || c.New == nil {
+		panic(fmt.Sprintf("bankclient: bad or duplicate connector %q", c.Name))
+	}
+	connectors[c.Name] = c
+}
+
+// Names lists the registered connectors, sorted.
+func Names() []string {
+	names := make([]string, 0, len(connectors))
+	for n := range connectors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Lookup returns the connector called name; the error lists the known ones.
+func Lookup(name string) (Connector, error) {
+	c, ok := connectors[name]
+	if !ok {
+		return Connector{}, fmt.Errorf("unknown bank connector %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return c, nil
+}
+
+// SettleConnector is the connector of settle's own protocol (DESIGN.md
+// section 7), the default: the kindest bank there is, which looks payments
+// up by our key, keeps keys for ever (or key_ttl_ms in the fakebank) and
+// takes any reference.
+var SettleConnector = Connector{
+	Name:    "settle",
+	Summary: "settle's own bank protocol (DESIGN.md section 7; settle fakebank serves it)",
+	Capabilities: Capabilities{
+		LookupByKey: true,
+		Search:      true,
+		Replay:      ReplayStored,
+		RefMaxLen:   256,
+	},
+	New: func(baseURL string, opts Options) (Bank, error) { return New(baseURL, opts) },
+	// Any bank returns a payment within days; settle's status API reports
+	// it for a week.
+	DefaultReturnWatch: 7 * 24 * time.Hour,
+}
+
+func init() { Register(SettleConnector) }
