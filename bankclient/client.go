@@ -196,6 +196,33 @@ func (c *Client) StatusByKey(ctx context.Context, key string) (Payment, error) {
 	return p, nil
 }
 
+// StatusByID implements IDLookup: GET /v1/payments/{id}, the payment by
+// the bank's own id; a 404 matches ErrPaymentNotFound.
+func (c *Client) StatusByID(ctx context.Context, id string) (Payment, error) {
+	if id == "" {
+		return Payment{}, errors.New("error getting payment: empty payment id")
+	}
+	u := c.endpoint("/v1/payments/"+url.PathEscape(id), nil)
+	p, err := call(ctx, c, OpStatus, "", func(actx context.Context) (Payment, string, error) {
+		a, err := c.roundTrip(actx, http.MethodGet, u, "", nil)
+		if err != nil {
+			return Payment{}, OutcomeAmbiguous, err
+		}
+		if a.status == http.StatusNotFound {
+			return Payment{}, OutcomeNotFound, ErrPaymentNotFound
+		}
+		return classifyStatus(a, "")
+	})
+	if err != nil {
+		return Payment{}, fmt.Errorf("error getting payment %s: %w", id, err)
+	}
+	if p.ID != id {
+		return Payment{}, &AmbiguousError{Op: OpStatus, StatusCode: http.StatusOK, Attempts: 1,
+			Err: fmt.Errorf("%w: asked for payment %s, got %s", ErrMalformedResponse, id, p.ID)}
+	}
+	return p, nil
+}
+
 // Statement implements Bank: GET /v1/statement?after=&limit=.
 func (c *Client) Statement(ctx context.Context, after string, limit int) (StatementPage, error) {
 	if limit < 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -138,6 +139,10 @@ type Connector struct {
 	// DefaultReturnWatch is how long after confirmation a returned payment
 	// is still reported by the status API (--return-watch's default).
 	DefaultReturnWatch time.Duration
+	// VerifyWebhook checks a webhook by the bank's own signature scheme
+	// with secret at now and returns the payment it names; nil when the
+	// bank sends none.
+	VerifyWebhook func(h http.Header, body []byte, secret string, now time.Time) (Hint, error)
 }
 
 // Check refuses what the connector could never send: a currency it does
@@ -196,7 +201,8 @@ var SettleConnector = Connector{
 		Replay:      ReplayStored,
 		RefMaxLen:   256,
 	},
-	New: func(baseURL string, opts Options) (Bank, error) { return New(baseURL, opts) },
+	New:           func(baseURL string, opts Options) (Bank, error) { return New(baseURL, opts) },
+	VerifyWebhook: verifySettleWebhook,
 	// Any bank returns a payment within days; settle's status API reports
 	// it for a week.
 	DefaultReturnWatch: 7 * 24 * time.Hour,

@@ -148,7 +148,7 @@ func parseStatement(body []byte) (StatementPage, error) {
 // giving an answer we can act on. Fields the bank left empty are not
 // checked. Every error wraps ErrMalformedResponse.
 func checkEcho(p Payment, key string, req *PaymentRequest) error {
-	if p.IdempotencyKey != "" && p.IdempotencyKey != key {
+	if key != "" && p.IdempotencyKey != "" && p.IdempotencyKey != key {
 		return fmt.Errorf("%w: payment %q carries another idempotency key", ErrMalformedResponse, sanitize(p.ID))
 	}
 	if req == nil {

@@ -143,6 +143,7 @@ func (b *Bank) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/payments", b.handleCreatePayment)
 	mux.HandleFunc("GET /v1/payments/by-key/{key}", b.handlePaymentByKey)
+	mux.HandleFunc("GET /v1/payments/{id}", b.handlePaymentByID)
 	mux.HandleFunc("GET /v1/statement", b.handleStatement)
 	mux.HandleFunc("GET /v1/statements/{date}", b.handleStatements)
 	mux.HandleFunc("GET /admin/faults", b.handleGetFaults)

@@ -87,3 +87,15 @@ func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, settlementIDs []
 	}
 	return nil
 }
+
+// CheckNow inserts a reconcile_settlement job for settlementID, due at
+// once: a webhook's hint. Jobs are unique by settlement within a few
+// seconds, so a burst of hints costs one check.
+func (in Inserter) CheckNow(ctx context.Context, settlementID string) error {
+	_, err := in.Client.Insert(ctx, ReconcileSettlementArgs{SettlementID: settlementID},
+		&river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: 5 * time.Second}})
+	if err != nil {
+		return fmt.Errorf("error inserting reconcile_settlement for %s: %w", settlementID, err)
+	}
+	return nil
+}

@@ -137,28 +137,36 @@ func (c *reconcileCmd) inspector(pool *pgxpool.Pool) *reconcile.Inspector {
 
 // bankFlags are the flags of the forms that talk to the bank.
 type bankFlags struct {
+	name    string
 	url     string
 	timeout time.Duration
 }
 
 func (b *bankFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.name, "bank", "settle", "the bank connector: "+strings.Join(bankclient.Names(), ", ")+" (env SETTLE_BANK)")
 	fs.StringVar(&b.url, "bank-url", bankclient.DefaultURL, "base URL of the bank (env SETTLE_BANK_URL)")
 	fs.DurationVar(&b.timeout, "bank-timeout", bankclient.DefaultTimeout, "timeout of one HTTP attempt to the bank")
 }
 
-// client builds the bank client (credential and CA from SETTLE_BANK_TOKEN
-// and SETTLE_BANK_CA_FILE) and checks that the bank answers.
-func (b *bankFlags) client(ctx context.Context) (*bankclient.Client, error) {
+// client builds the bank client of the connector (credentials from the
+// SETTLE_BANK_* environment) and checks that the bank answers.
+func (b *bankFlags) client(ctx context.Context) (bankclient.Bank, bankclient.Capabilities, error) {
+	conn, err := bankclient.Lookup(b.name)
+	if err != nil {
+		return nil, bankclient.Capabilities{}, err
+	}
 	opts := bankclient.OptionsFromEnv(os.Getenv)
 	opts.Timeout = b.timeout
-	cl, err := bankclient.New(b.url, opts)
+	cl, err := conn.New(b.url, opts)
 	if err != nil {
-		return nil, fmt.Errorf("error configuring the bank client: %w", err)
+		return nil, bankclient.Capabilities{}, fmt.Errorf("error configuring the bank client: %w", err)
 	}
-	if _, err := cl.Statement(ctx, "", 1); err != nil {
-		return nil, fmt.Errorf("bank unreachable at %s: %w", b.url, err)
+	if conn.Capabilities.Search {
+		if _, err := cl.Statement(ctx, "", 1); err != nil {
+			return nil, bankclient.Capabilities{}, fmt.Errorf("bank unreachable at %s: %w", b.url, err)
+		}
 	}
-	return cl, nil
+	return cl, conn.Capabilities, nil
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -499,11 +507,11 @@ afterwards or does not exist, 2 when the bank or the database is unreachable.`, 
 		return exitError
 	}
 	defer pool.Close()
-	bank, err := bf.client(ctx)
+	bank, caps, err := bf.client(ctx)
 	if err != nil {
 		return c.fail(" resolve", err)
 	}
-	r := &reconcile.Resolver{DB: pool, Bank: bank, Now: c.now, KeyTTL: *keyTTL}
+	r := &reconcile.Resolver{DB: pool, Bank: bank, Capabilities: &caps, Now: c.now, KeyTTL: *keyTTL}
 
 	results := []reconcile.ResolveResult{}
 	code = exitOK
@@ -598,7 +606,7 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 	if *statements {
 		return c.bankStatements(ctx, pool, *asJSON, *limit)
 	}
-	bank, err := bf.client(ctx)
+	bank, _, err := bf.client(ctx)
 	if err != nil {
 		return c.fail(" bank", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
@@ -45,6 +46,8 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	dbMaxConns := 20
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the HTTP API (port 0 picks a free port)")
 	fs.StringVar(&c.BankURL, "bank-url", c.BankURL, "base URL of the bank")
+	fs.StringVar(&c.BankName, "bank", c.BankName, "the bank connector: "+strings.Join(bankclient.Names(), ", "))
+	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")
 	fs.DurationVar(&c.BankKeyTTL, "bank-key-ttl", c.BankKeyTTL, "never re-send an instruction once this long has passed since its first attempt")
 	fs.DurationVar(&c.PendingGrace, "pending-grace", c.PendingGrace, "how long a new settlement waits for its send job before the sweep checks it")
@@ -89,6 +92,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	}
 	c.Logger = logger
 	c.Bank = bankclient.OptionsFromEnv(os.Getenv)
+	c.WebhookSecret = os.Getenv(bankclient.EnvWebhookSecret)
 	if err := c.Validate(); err != nil {
 		return fail(err)
 	}

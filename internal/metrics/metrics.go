@@ -29,6 +29,9 @@ type Metrics struct {
 	Resolution prometheus.Histogram
 	// NeedsInvestigation counts settlements flagged for a human.
 	NeedsInvestigation prometheus.Counter
+	// BankWebhooks counts webhooks from the bank by connector and outcome
+	// (checked, unknown_settlement, bad_signature, stale, malformed, error).
+	BankWebhooks *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg.
@@ -64,9 +67,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		NeedsInvestigation: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "settle_needs_investigation_total", Help: "Settlements flagged needs_investigation (the engine will not resolve them alone).",
 		}),
+		BankWebhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_bank_webhooks_total", Help: "Webhooks from the bank, by connector and outcome (checked, unknown_settlement, bad_signature, stale, malformed, error).",
+		}, []string{"connector", "outcome"}),
 	}
 	reg.MustRegister(m.IntakeTotal, m.ReplayAge, m.ReceiptConflicts, m.UncertainTotal, m.Transitions,
-		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation)
+		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation, m.BankWebhooks)
 	return m
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/internal/webhook"
 	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/reconcile"
 )
@@ -54,6 +55,13 @@ type Config struct {
 	// set from BankTimeout and BankAttempts.
 	BankURL string
 	Bank    bankclient.Options
+	// BankName is the connector (--bank): which kind of bank BankURL is.
+	BankName string
+	// BankRate caps this process's bank requests a second (0: no cap).
+	BankRate float64
+	// WebhookSecret verifies the bank's webhooks
+	// (SETTLE_BANK_WEBHOOK_SECRET); empty refuses them all.
+	WebhookSecret string
 
 	ReplayHorizon   time.Duration
 	BankKeyTTL      time.Duration
@@ -86,6 +94,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:            DefaultListen,
 		BankURL:           bankclient.DefaultURL,
+		BankName:          bankclient.SettleConnector.Name,
 		ReplayHorizon:     intake.DefaultReplayHorizon,
 		BankKeyTTL:        reconcile.DefaultKeyTTL,
 		PendingGrace:      intake.DefaultPendingGrace,
@@ -109,7 +118,12 @@ func (c Config) Validate() error {
 	if u, err := url.Parse(c.BankURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("invalid --bank-url %q: want http(s)://host[:port]", c.BankURL)
 	}
+	if _, err := bankclient.Lookup(c.BankName); err != nil {
+		return fmt.Errorf("invalid --bank: %w", err)
+	}
 	switch {
+	case c.BankRate < 0:
+		return errors.New("--bank-rate must not be negative")
 	case c.ReplayHorizon <= 0:
 		return errors.New("--replay-horizon must be positive")
 	case c.BankKeyTTL <= 0:
@@ -135,6 +149,7 @@ func (c Config) Validate() error {
 // listener it will serve on.
 type Worker struct {
 	cfg    Config
+	conn   bankclient.Connector
 	logger *slog.Logger
 	river  *river.Client[pgx.Tx]
 	// resolver is the one Resolver of the worker: its jobs' and the
@@ -163,6 +178,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg.Now = time.Now
 	}
 	w := &Worker{cfg: cfg, logger: cfg.Logger}
+	w.conn, _ = bankclient.Lookup(cfg.BankName) // Validate checked it
 	reg := metrics.NewRegistry(cfg.Pool)
 	m := metrics.New(reg)
 
@@ -255,9 +271,22 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 	bopts.Retry.MaxAttempts = c.BankAttempts
 	bopts.Logger = c.Logger.With("component", "bankclient")
 	bopts.Observe = m.ObserveBank
-	bank, err := bankclient.New(c.BankURL, bopts)
+	bopts.RatePerSecond = c.BankRate
+	bank, err := w.conn.New(c.BankURL, bopts)
 	if err != nil {
 		return nil, err
+	}
+	caps := w.conn.Capabilities
+	keyTTL := c.BankKeyTTL
+	if caps.KeyWindow > 0 {
+		// Never count on a key for longer than the bank keeps it, less
+		// the longest one bank call can take (DESIGN.md rule 9).
+		bound := caps.KeyWindow - time.Duration(c.BankAttempts)*c.BankTimeout - bopts.Retry.RateLimitWait - time.Minute
+		if keyTTL > bound {
+			c.Logger.Warn("--bank-key-ttl lowered to the connector's key window less one bank call",
+				"bank", w.conn.Name, "bank_key_ttl", keyTTL, "used", bound)
+			keyTTL = bound
+		}
 	}
 	lease := c.Lease
 	if lease == 0 {
@@ -266,8 +295,9 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 	w.resolver = &reconcile.Resolver{
 		DB:               c.Pool,
 		Bank:             bank,
+		Capabilities:     &caps,
 		Now:              c.Now,
-		KeyTTL:           c.BankKeyTTL,
+		KeyTTL:           keyTTL,
 		CheckInterval:    c.CheckInterval,
 		MaxCheckInterval: c.MaxCheckInterval,
 		Lease:            lease,
@@ -312,6 +342,7 @@ func (w *Worker) apiHandler(ctx context.Context, m *metrics.Metrics, reg *promet
 		Now:           c.Now,
 		ReplayHorizon: c.ReplayHorizon,
 		PendingGrace:  c.PendingGrace,
+		Bank:          w.conn,
 	})
 	if err != nil {
 		return nil, err
@@ -329,6 +360,18 @@ func (w *Worker) apiHandler(ctx context.Context, m *metrics.Metrics, reg *promet
 		MaxInflight: c.MaxInflight,
 	}))
 	mux.Handle("GET /metrics", token.Require(metrics.Handler(reg)))
+	// Webhooks carry the bank's own signature, not our token.
+	mux.Handle("POST /v1/bank/webhooks/{connector}", &webhook.Handler{
+		Connector: w.conn,
+		Secret:    c.WebhookSecret,
+		Find: func(ctx context.Context, h bankclient.Hint) (string, bool, error) {
+			return reconcile.FindByHint(ctx, c.Pool, h)
+		},
+		Check:   jobs.Inserter{Client: w.river}.CheckNow,
+		Metrics: m,
+		Logger:  c.Logger,
+		Now:     c.Now,
+	})
 	mux.Handle(RiverUIPrefix, token.Require(ui))
 	cons, err := console.New(console.Config{
 		DB:       c.Pool,
