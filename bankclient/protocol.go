@@ -95,6 +95,9 @@ type Faults struct {
 	LatencyMaxMS          int64   `json:"latency_max_ms"`
 	SettleDelayMS         int64   `json:"settle_delay_ms"`
 	KeyTTLMS              int64   `json:"key_ttl_ms"`
+	// RateLimitPerS > 0 answers 429 with Retry-After to requests past that
+	// many a second.
+	RateLimitPerS float64 `json:"rate_limit_per_s"`
 }
 
 // Stats is the body of GET /admin/stats.

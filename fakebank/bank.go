@@ -30,10 +30,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"golang.org/x/time/rate"
 )
 
 // Options configures a Bank. The zero value is a usable in-memory bank with no
@@ -51,6 +55,28 @@ type Options struct {
 	Faults bankclient.Faults
 	// Logger receives one structured event per decision. Default: discard.
 	Logger *slog.Logger
+	// Profile is the API the bank serves its books through (one of
+	// Profiles; default "settle", the protocol of DESIGN.md section 7).
+	// /admin/faults and /admin/stats are the same in every profile.
+	Profile string
+}
+
+// Profiles maps each API face of the bank to the function that registers
+// its routes. Every profile serves the same books with the same faults;
+// max_payments_per_reference counts payments per settlement reference
+// whichever field of its API carries it.
+var Profiles = map[string]func(b *Bank, api *http.ServeMux){
+	"settle": (*Bank).routes,
+}
+
+// ProfileNames lists the profiles, sorted.
+func ProfileNames() []string {
+	names := make([]string, 0, len(Profiles))
+	for n := range Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // Bank is a simulated bank. It is safe for concurrent use.
@@ -58,6 +84,7 @@ type Bank struct {
 	now       func() time.Time
 	log       *slog.Logger
 	statePath string
+	profile   string
 
 	// ctx is cancelled by Close; it is the base context of every request the
 	// bank serves, so that latency sleeps end when the bank stops.
@@ -67,10 +94,15 @@ type Bank struct {
 	rngMu sync.Mutex // guards rng; taken after mu when both are held
 	rng   *rand.Rand
 
-	mu      sync.Mutex // guards everything below
-	faults  bankclient.Faults
-	books   *books
-	version uint64 // incremented by every mutation of books
+	mu     sync.Mutex // guards everything below
+	faults bankclient.Faults
+	// limiter enforces faults.RateLimitPerS; nil without it.
+	limiter *rate.Limiter
+	// requests and rateLimitedRequests count the API requests received
+	// and those answered 429.
+	requests, rateLimitedRequests atomic.Int64
+	books                         *books
+	version                       uint64 // incremented by every mutation of books
 
 	persistMu sync.Mutex // serialises writes of the state file
 	durable   uint64     // version last written to the state file; guarded by persistMu
@@ -85,12 +117,20 @@ func New(opts Options) (*Bank, error) {
 	if err := validateFaults(opts.Faults); err != nil {
 		return nil, fmt.Errorf("error validating initial faults: %w", err)
 	}
+	if opts.Profile == "" {
+		opts.Profile = "settle"
+	}
+	if Profiles[opts.Profile] == nil {
+		return nil, fmt.Errorf("unknown profile %q (known: %s)", opts.Profile, strings.Join(ProfileNames(), ", "))
+	}
 	b := &Bank{
 		now:       opts.Now,
 		log:       opts.Logger,
 		statePath: opts.StatePath,
+		profile:   opts.Profile,
 		rng:       rand.New(rand.NewPCG(uint64(opts.Seed), 0x5e771e)),
 		faults:    opts.Faults,
+		limiter:   newLimiter(opts.Faults),
 		books:     newBooks(),
 	}
 	if b.now == nil {
@@ -126,6 +166,7 @@ func (b *Bank) SetFaults(f bankclient.Faults) error {
 	}
 	b.mu.Lock()
 	b.faults = f
+	b.limiter = newLimiter(f)
 	b.mu.Unlock()
 	b.log.Info("fakebank: fault profile replaced", "faults", f)
 	return nil
@@ -138,19 +179,58 @@ func (b *Bank) Stats() bankclient.Stats {
 	return b.books.stats()
 }
 
+// Traffic is what the bank's API received since it started (not kept
+// across restarts): every request, and those answered 429.
+type Traffic struct {
+	Requests    int64 `json:"requests"`
+	RateLimited int64 `json:"rate_limited"`
+}
+
+// Traffic returns the API traffic counters.
+func (b *Bank) Traffic() Traffic {
+	return Traffic{Requests: b.requests.Load(), RateLimited: b.rateLimitedRequests.Load()}
+}
+
 // Handler returns the HTTP handler serving the bank protocol and the admin API.
 func (b *Bank) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/payments", b.handleCreatePayment)
-	mux.HandleFunc("GET /v1/payments/by-key/{key}", b.handlePaymentByKey)
-	mux.HandleFunc("GET /v1/payments/{id}", b.handlePaymentByID)
-	mux.HandleFunc("GET /v1/statement", b.handleStatement)
-	mux.HandleFunc("GET /v1/statements/{date}", b.handleStatements)
+	api := http.NewServeMux()
+	mux.Handle("/v1/", b.rateLimited(api))
 	mux.HandleFunc("GET /admin/faults", b.handleGetFaults)
 	mux.HandleFunc("PUT /admin/faults", b.handlePutFaults)
 	mux.HandleFunc("GET /admin/stats", b.handleStats)
 	mux.HandleFunc("POST /admin/returns", b.handleReturn)
+	// The bank's statement files, whatever the API's face.
+	mux.HandleFunc("GET /v1/statements/{date}", b.handleStatements)
+	Profiles[b.profile](b, api)
 	return mux
+}
+
+// rateLimited answers 429 with Retry-After to the requests of the bank's
+// API past the rate_limit_per_s fault, as a rate-limited bank does: the
+// request is not processed.
+func (b *Bank) rateLimited(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.requests.Add(1)
+		b.mu.Lock()
+		l := b.limiter
+		b.mu.Unlock()
+		if l != nil && !l.Allow() {
+			b.rateLimitedRequests.Add(1)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusTooManyRequests, "rate_limited", "simulated by rate_limit_per_s")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// routes registers the bank protocol's API on mux.
+func (b *Bank) routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/payments", b.handleCreatePayment)
+	mux.HandleFunc("GET /v1/payments/by-key/{key}", b.handlePaymentByKey)
+	mux.HandleFunc("GET /v1/payments/{id}", b.handlePaymentByID)
+	mux.HandleFunc("GET /v1/statement", b.handleStatement)
 }
 
 // Start serves the bank on a new listener at addr (for example
@@ -267,6 +347,9 @@ func validateFaults(f bankclient.Faults) error {
 		{"reject_rate", f.RejectRate},
 		{"settlement_failure_rate", f.SettlementFailureRate},
 	}
+	if !(f.RateLimitPerS >= 0 && f.RateLimitPerS <= 1e6) {
+		return fmt.Errorf("rate_limit_per_s must be in [0, 1e6], got %v", f.RateLimitPerS)
+	}
 	for _, r := range rates {
 		if !(r.v >= 0 && r.v <= 1) { // also false for NaN
 			return fmt.Errorf("%s must be in [0, 1], got %v", r.name, r.v)
@@ -290,4 +373,13 @@ func validateFaults(f bankclient.Faults) error {
 		return fmt.Errorf("latency_min_ms (%d) must not exceed latency_max_ms (%d)", f.LatencyMinMS, f.LatencyMaxMS)
 	}
 	return nil
+}
+
+// newLimiter is the token bucket of f's rate_limit_per_s (a second's worth
+// of burst), nil without one.
+func newLimiter(f bankclient.Faults) *rate.Limiter {
+	if f.RateLimitPerS <= 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(f.RateLimitPerS), max(1, int(f.RateLimitPerS)))
 }

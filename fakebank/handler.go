@@ -199,7 +199,10 @@ func (b *Bank) handlePutFaults(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b *Bank) handleStats(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, b.Stats())
+	writeJSON(w, http.StatusOK, struct {
+		bankclient.Stats
+		Traffic
+	}{b.Stats(), b.Traffic()})
 }
 
 // sleep waits for d unless ctx or the bank ends first; it reports whether

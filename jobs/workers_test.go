@@ -282,3 +282,28 @@ func TestRetryDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimitStormSlowsButNeverFails: a bank answering 429 past five
+// requests a second slows the engine down; every settlement still ends
+// confirmed, none failed or flagged, each paid once.
+func TestRateLimitStormSlowsButNeverFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bankclient.Faults{RateLimitPerS: 5, SettleDelayMS: 20}, true, nil)
+	const n = 20
+	for i := range n {
+		b.submit(t, fmt.Sprintf("rl-%02d", i), int64(100+i))
+	}
+	waitTerminal(t, b.db, n)
+	var confirmed, flagged int
+	if err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state = 'confirmed'),
+		count(*) FILTER (WHERE needs_investigation) FROM settlements`).Scan(&confirmed, &flagged); err != nil {
+		t.Fatal(err)
+	}
+	if confirmed != n || flagged != 0 {
+		t.Errorf("%d confirmed, %d flagged; want all %d confirmed, none flagged", confirmed, flagged, n)
+	}
+	if tr := b.bank.Traffic(); tr.RateLimited == 0 {
+		t.Errorf("the bank never rate-limited (%+v): the storm did not happen", tr)
+	}
+	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+}

@@ -76,6 +76,7 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	faultsJSON := fs.String("faults", "", `initial fault profile as the JSON of PUT /admin/faults, e.g. '{"reject_rate":0.05}'`)
 	settleDelay := fs.Duration("settle-delay", 200*time.Millisecond, "initial settle delay (overrides settle_delay_ms of --faults when given)")
 	keyTTL := fs.Duration("key-ttl", 0, "initial key TTL, 0 = keys are never forgotten (overrides key_ttl_ms of --faults when given)")
+	profile := fs.String("profile", "settle", "the API the bank serves its books through: "+strings.Join(fakebank.ProfileNames(), ", "))
 	verbose := fs.Bool("verbose", false, "log every decision (payment created, replayed, rejected, fault injected)")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -96,7 +97,7 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	}
 	logger := slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
 
-	bank, err := fakebank.New(fakebank.Options{Seed: *seed, StatePath: *state, Faults: faults, Logger: logger})
+	bank, err := fakebank.New(fakebank.Options{Seed: *seed, StatePath: *state, Faults: faults, Logger: logger, Profile: *profile})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle fakebank: %v\n", err)
 		return exitError

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/dbtest"
@@ -21,15 +24,118 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
+// TestWebhookHints: a webhook is a hint. Verified, it enqueues an
+// immediate status check of the settlement it names and nothing else; a
+// bad signature, an old timestamp, a body naming no payment or a payment
+// of no settlement changes nothing; every outcome is counted.
+func TestWebhookHints(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_test"
+	var pool *pgxpool.Pool
+	w := newWorker(t, "tok", func(c *worker.Config) { c.WebhookSecret, pool = secret, c.Pool })
+	srv := httptest.NewServer(w.Handler())
+	t.Cleanup(srv.Close)
+	ev := `{"settlement_id":"hinted","account_id":"acc","amount_cents":700,"currency":"EUR","beneficiary":"b"}`
+	if code, body := settletest.Do(t, http.MethodPost, srv.URL+"/v1/settlements", "Bearer tok", ev); code != http.StatusCreated {
+		t.Fatalf("POST = %d %s", code, body)
+	}
+	jobs := func() int {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
+			WHERE kind = 'reconcile_settlement' AND args->>'settlement_id' = 'hinted'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	state := func() string {
+		var st string
+		_ = pool.QueryRow(context.Background(), `SELECT state FROM settlements WHERE settlement_id = 'hinted'`).Scan(&st)
+		return st
+	}
+	post := func(body, sig string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/bank/webhooks/settle", strings.NewReader(body))
+		if sig != "" {
+			req.Header.Set(bankclient.SettleSignatureHeader, sig)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	now := time.Now()
+	// A hint claiming the payment settled: only a check follows.
+	hint := `{"type":"payment.updated","payment":{"id":"pay_000000000001","reference":"hinted","status":"settled","amount_cents":700,"currency":"EUR"}}`
+	for _, tc := range []struct {
+		name, body, sig string
+		code            int
+	}{
+		{"no signature", hint, "", http.StatusBadRequest},
+		{"forged", hint, bankclient.SignHMAC([]byte(hint), "not-the-secret", now), http.StatusBadRequest},
+		{"tampered body", strings.Replace(hint, "700", "7000", 1), bankclient.SignHMAC([]byte(hint), secret, now), http.StatusBadRequest},
+		{"stale", hint, bankclient.SignHMAC([]byte(hint), secret, now.Add(-10*time.Minute)), http.StatusBadRequest},
+		{"names no payment", `{"type":"x"}`, bankclient.SignHMAC([]byte(`{"type":"x"}`), secret, now), http.StatusBadRequest},
+		{"unknown settlement", strings.Replace(hint, `"hinted"`, `"nobody"`, 1), bankclient.SignHMAC([]byte(strings.Replace(hint, `"hinted"`, `"nobody"`, 1)), secret, now), http.StatusOK},
+	} {
+		if code := post(tc.body, tc.sig); code != tc.code {
+			t.Errorf("%s: %d, want %d", tc.name, code, tc.code)
+		}
+	}
+	if n := jobs(); n != 0 {
+		t.Fatalf("refused hints enqueued %d checks", n)
+	}
+	if code := post(hint, bankclient.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
+		t.Fatalf("a good hint: %d, want 202", code)
+	}
+	if code := post(hint, bankclient.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
+		t.Fatalf("the good hint again: %d, want 202", code)
+	}
+	if n := jobs(); n != 1 {
+		t.Errorf("%d checks enqueued by two identical hints, want one", n)
+	}
+	if st := state(); st != "pending" {
+		t.Errorf("the hint's body moved the settlement to %s", st)
+	}
+	if code := post(hint, bankclient.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
+		t.Fatal("third hint refused")
+	}
+	if code := post(hint, ""); code != http.StatusBadRequest {
+		t.Fatal("unsigned hint accepted")
+	}
+	if code := post(hint, bankclient.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
+		t.Fatal("hint refused")
+	}
+	if code, _ := settletest.Do(t, http.MethodPost, srv.URL+"/v1/bank/webhooks/stripe", "", hint); code != http.StatusNotFound {
+		t.Errorf("a webhook for another connector: %d, want 404", code)
+	}
+	_, metrics := settletest.Get(t, srv.URL+"/metrics", "Bearer tok")
+	for _, want := range []string{
+		`settle_bank_webhooks_total{connector="settle",outcome="checked"} 4`,
+		`settle_bank_webhooks_total{connector="settle",outcome="bad_signature"} 4`,
+		`settle_bank_webhooks_total{connector="settle",outcome="stale"} 1`,
+		`settle_bank_webhooks_total{connector="settle",outcome="malformed"} 1`,
+		`settle_bank_webhooks_total{connector="settle",outcome="unknown_settlement"} 1`,
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
 // newWorker assembles a worker on a fresh database and an in-process bank,
 // listening on a free port; it is closed when the test ends.
-func newWorker(t *testing.T, token string) *worker.Worker {
+func newWorker(t *testing.T, token string, tweak ...func(*worker.Config)) *worker.Worker {
 	t.Helper()
 	db := dbtest.New(t)
 	_, bankURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 1})
 	c := worker.DefaultConfig()
 	c.Pool, c.BankURL, c.APIToken, c.Listen = db.Pool, bankURL, token, "127.0.0.1:0"
 	c.ShutdownTimeout = 5 * time.Second
+	for _, f := range tweak {
+		f(&c)
+	}
 	w, err := worker.New(c)
 	if err != nil {
 		t.Fatal(err)
