@@ -1,0 +1,232 @@
+// Package connectortest is the conformance suite every bank connector must
+// pass (README "Connecting your bank"): run against a bank of the
+// connector's kind (the fakebank's profile of it), it checks that the
+// connector does what its Capabilities declare, classifies answers by type,
+// replays under the same key without paying twice, keeps the reference it
+// is given and refuses what it cannot do without sending anything.
+//
+// It is test support: nothing in settle's binaries may import it.
+package connectortest
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/fakebank/fakebanktest"
+)
+
+// Target is a connector and how to start a bank of its kind.
+type Target struct {
+	Connector bankclient.Connector
+	// Profile is the fakebank profile serving the connector's API.
+	Profile string
+	// Options are extra client options (credentials, signing keys).
+	Options bankclient.Options
+	// Request returns a payment request the bank accepts for reference.
+	Request func(reference string) bankclient.PaymentRequest
+	// SignWebhook, when the connector takes webhooks, signs body the way
+	// the bank does; the suite checks that Connector.VerifyWebhook accepts
+	// it and refuses a tampered or stale copy.
+	SignWebhook func(body []byte, secret string, at time.Time) http.Header
+	// WebhookBody is a webhook naming the payment p, in the bank's format.
+	WebhookBody func(p bankclient.Payment) []byte
+}
+
+// bundle is one bank of the target's kind and a client of it.
+type bundle struct {
+	bank   *fakebank.Bank
+	client bankclient.Bank
+	caps   bankclient.Capabilities
+}
+
+func start(t *testing.T, tg Target, faults bankclient.Faults) bundle {
+	t.Helper()
+	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 5, Faults: faults, Profile: tg.Profile})
+	opts := tg.Options
+	opts.Timeout = 2 * time.Second
+	opts.Retry = bankclient.RetryPolicy{MaxAttempts: 1, RateLimitWait: time.Millisecond}
+	client, err := tg.Connector.New(url, opts)
+	if err != nil {
+		t.Fatalf("%s: New: %v", tg.Connector.Name, err)
+	}
+	return bundle{bank: bank, client: client, caps: tg.Connector.Capabilities}
+}
+
+// Run runs the whole suite against tg, each check a parallel subtest on a
+// bank of its own.
+func Run(t *testing.T, tg Target) {
+	t.Run("SendReplayLookups", func(t *testing.T) { t.Parallel(); sendReplayLookups(t, tg) })
+	t.Run("UnknownPayment", func(t *testing.T) { t.Parallel(); unknownPayment(t, tg) })
+	t.Run("Ambiguity", func(t *testing.T) { t.Parallel(); ambiguity(t, tg) })
+	t.Run("RateLimit", func(t *testing.T) { t.Parallel(); rateLimit(t, tg) })
+	t.Run("Reference", func(t *testing.T) { t.Parallel(); reference(t, tg) })
+	t.Run("Webhook", func(t *testing.T) { t.Parallel(); webhook(t, tg) })
+}
+
+// sendReplayLookups: a send is accepted; the identical request under the
+// same key names the same payment and pays nothing more; every lookup the
+// capabilities declare finds it, with a status of the normalised set; the
+// others are refused without a request.
+func sendReplayLookups(t *testing.T, tg Target) {
+	b := start(t, tg, bankclient.Faults{SettleDelayMS: 1})
+	ctx := context.Background()
+	ref := "conf-send-1"
+	key := bankclient.KeyFor(ref)
+	req := tg.Request(ref)
+	first, err := b.client.Send(ctx, key, req)
+	if err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	p := first.Payment
+	if p.ID == "" || !p.Status.Valid() || p.Reference != ref || p.AmountCents != req.AmountCents || p.Currency != req.Currency {
+		t.Fatalf("Send answered %+v for %+v", p, req)
+	}
+	again, err := b.client.Send(ctx, key, req)
+	if err != nil || again.Payment.ID != p.ID {
+		t.Fatalf("the replay named %+v (%v), want payment %s again", again.Payment, err, p.ID)
+	}
+	if st := b.bank.Stats(); st.Payments != 1 || st.MaxPaymentsPerReference != 1 {
+		t.Fatalf("after a send and its replay the bank holds %+v, want one payment", st)
+	}
+	before := b.bank.Traffic().Requests
+	check := func(what string, got bankclient.Payment, err error) {
+		t.Helper()
+		if err != nil || got.ID != p.ID || !got.Status.Valid() || got.Reference != ref {
+			t.Errorf("%s: %+v, %v; want payment %s", what, got, err, p.ID)
+		}
+	}
+	got, err := b.client.StatusByKey(ctx, key)
+	if b.caps.LookupByKey {
+		check("StatusByKey", got, err)
+	} else if !errors.Is(err, bankclient.ErrUnsupported) {
+		t.Errorf("StatusByKey at a bank that does not offer it: %v, want ErrUnsupported", err)
+	}
+	if l, ok := b.client.(bankclient.IDLookup); ok {
+		got, err := l.StatusByID(ctx, p.ID)
+		if b.caps.LookupByID {
+			check("StatusByID", got, err)
+		}
+	} else if b.caps.LookupByID {
+		t.Error("declares LookupByID but does not implement bankclient.IDLookup")
+	}
+	if l, ok := b.client.(bankclient.ReferenceLookup); ok {
+		got, err := l.StatusByReference(ctx, ref)
+		if b.caps.LookupByReference {
+			check("StatusByReference", got, err)
+		}
+	} else if b.caps.LookupByReference {
+		t.Error("declares LookupByReference but does not implement bankclient.ReferenceLookup")
+	}
+	if b.caps.Search {
+		ps, err := bankclient.AllPayments(ctx, b.client)
+		if err != nil || len(ps) != 1 || ps[0].ID != p.ID || ps[0].Reference != ref {
+			t.Errorf("the list holds %+v (%v), want payment %s", ps, err, p.ID)
+		}
+	}
+	if !b.caps.LookupByKey && b.bank.Traffic().Requests == before {
+		t.Log("lookups sent no request at all") // fine when none is offered
+	}
+}
+
+// unknownPayment: a key the bank never saw is ErrNotFound by key; an id
+// it never issued is ErrPaymentNotFound.
+func unknownPayment(t *testing.T, tg Target) {
+	b := start(t, tg, bankclient.Faults{})
+	ctx := context.Background()
+	if b.caps.LookupByKey {
+		if _, err := b.client.StatusByKey(ctx, bankclient.KeyFor("never-sent")); !bankclient.IsNotFound(err) {
+			t.Errorf("StatusByKey of an unknown key: %v, want ErrNotFound", err)
+		}
+	}
+	if l, ok := b.client.(bankclient.IDLookup); ok && b.caps.LookupByID {
+		if _, err := l.StatusByID(ctx, "pay_999999999999"); !errors.Is(err, bankclient.ErrPaymentNotFound) {
+			t.Errorf("StatusByID of an unknown id: %v, want ErrPaymentNotFound", err)
+		}
+	}
+	if l, ok := b.client.(bankclient.ReferenceLookup); ok && b.caps.LookupByReference {
+		if _, err := l.StatusByReference(ctx, "never-sent"); !errors.Is(err, bankclient.ErrPaymentNotFound) {
+			t.Errorf("StatusByReference of an unknown reference: %v, want ErrPaymentNotFound", err)
+		}
+	}
+}
+
+// ambiguity: a 5xx before processing and a lost response are ambiguous,
+// never a rejection; the lost response executed the payment once.
+func ambiguity(t *testing.T, tg Target) {
+	ctx := context.Background()
+	b := start(t, tg, bankclient.Faults{FailBeforeRate: 1})
+	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-5xx"), tg.Request("conf-5xx")); !bankclient.IsAmbiguous(err) || bankclient.IsRejected(err) {
+		t.Errorf("a 5xx before processing: %v, want ambiguous", err)
+	}
+	b = start(t, tg, bankclient.Faults{DropResponseRate: 1})
+	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-drop"), tg.Request("conf-drop")); !bankclient.IsAmbiguous(err) {
+		t.Errorf("a lost response: %v, want ambiguous", err)
+	}
+	if st := b.bank.Stats(); st.Payments != 1 {
+		t.Errorf("a lost response left %d payments, want the one executed", st.Payments)
+	}
+	b = start(t, tg, bankclient.Faults{RejectRate: 1})
+	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-rej"), tg.Request("conf-rej")); !bankclient.IsRejected(err) || bankclient.IsAmbiguous(err) {
+		t.Errorf("a definitive rejection: %v, want rejected", err)
+	}
+}
+
+// rateLimit: a 429 is ambiguous and carries the bank's Retry-After.
+func rateLimit(t *testing.T, tg Target) {
+	b := start(t, tg, bankclient.Faults{RateLimitPerS: 0.001})
+	ctx := context.Background()
+	_, _ = b.client.Send(ctx, bankclient.KeyFor("conf-rl-0"), tg.Request("conf-rl-0")) // uses the one token
+	_, err := b.client.Send(ctx, bankclient.KeyFor("conf-rl-1"), tg.Request("conf-rl-1"))
+	var ae *bankclient.AmbiguousError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusTooManyRequests || ae.RetryAfter <= 0 {
+		t.Errorf("a 429: %v, want ambiguous with the Retry-After", err)
+	}
+}
+
+// reference: the connector's short form of an id its bank could not carry
+// is accepted and comes back unchanged.
+func reference(t *testing.T, tg Target) {
+	b := start(t, tg, bankclient.Faults{})
+	id := strings.Repeat("é", 64) + "/" + strings.Repeat("x", 200)
+	ref := b.caps.Reference(id)
+	if b.caps.Reference(id) != ref {
+		t.Fatal("Reference is not stable")
+	}
+	res, err := b.client.Send(context.Background(), bankclient.KeyFor(id), tg.Request(ref))
+	if err != nil || res.Payment.Reference != ref {
+		t.Errorf("the short reference %q: %+v, %v", ref, res.Payment, err)
+	}
+}
+
+// webhook: a hint signed as the bank signs it verifies and names the
+// payment; a tampered or stale one does not.
+func webhook(t *testing.T, tg Target) {
+	if tg.Connector.VerifyWebhook == nil || tg.SignWebhook == nil {
+		t.Skipf("%s takes no webhooks", tg.Connector.Name)
+	}
+	const secret = "whsec_conformance"
+	p := bankclient.Payment{ID: "pay_000000000007", Reference: "conf-hook", IdempotencyKey: bankclient.KeyFor("conf-hook"), Status: bankclient.StatusSettled}
+	body := tg.WebhookBody(p)
+	now := time.Now()
+	h, err := tg.Connector.VerifyWebhook(tg.SignWebhook(body, secret, now), body, secret, now)
+	if err != nil || (h.PaymentID != p.ID && h.Reference != p.Reference && h.Key != p.IdempotencyKey) {
+		t.Errorf("a good webhook: %+v, %v", h, err)
+	}
+	tampered := append([]byte(nil), body...)
+	tampered[len(tampered)/2] ^= 1
+	if _, err := tg.Connector.VerifyWebhook(tg.SignWebhook(body, secret, now), tampered, secret, now); err == nil {
+		t.Error("a tampered webhook verifies")
+	}
+	if _, err := tg.Connector.VerifyWebhook(tg.SignWebhook(body, secret, now.Add(-time.Hour)), body, secret, now); err == nil {
+		t.Error("an hour-old webhook verifies")
+	}
+	if _, err := tg.Connector.VerifyWebhook(tg.SignWebhook(body, "other", now), body, secret, now); err == nil {
+		t.Error("a webhook signed with another secret verifies")
+	}
+}
