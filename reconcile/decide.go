@@ -129,6 +129,18 @@ type Policy struct {
 	// ask it (the zero value asks nothing but a POST; the settle
 	// connector's looks up by key).
 	Bank bankclient.Capabilities
+	// RequestBound is the longest a request may take from the decision to
+	// send it until it reaches the bank (the job timeout plus one bank
+	// call): a replay is decided only while the key will still be
+	// remembered when it arrives.
+	RequestBound time.Duration
+}
+
+// replayable reports whether the identical request may be repeated under
+// the key: the first attempt's time is known, and the bank will still
+// remember the key when a request decided now arrives.
+func (f Facts) replayable(p Policy, now time.Time) bool {
+	return !f.FirstAttemptAt.IsZero() && now.Add(p.RequestBound).Before(f.FirstAttemptAt.Add(p.KeyTTL))
 }
 
 // checkDelay is the delay before status check number attempts+1.
@@ -291,7 +303,7 @@ func ChooseQuestion(f Facts, p Policy, now time.Time) Question {
 		return AskByReference
 	case c.LookupByID && f.BankPaymentID != "":
 		return AskByID
-	case !f.FirstAttemptAt.IsZero() && f.keyAlive(p, now):
+	case f.replayable(p, now):
 		return AskReplay
 	case c.Search:
 		return AskSearch

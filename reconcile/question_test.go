@@ -50,9 +50,11 @@ func TestChooseQuestion(t *testing.T) {
 		{"nothing at all, young: replay", capsNothingAtAll, noID, young, AskReplay},
 		{"nothing at all, old", capsNothingAtAll, noID, old, AskNothing},
 		{"at the window's edge: no replay", capsIDCurrent, noID, t0.Add(24 * time.Hour), AskNothing},
+		{"a request could arrive after the window: no replay", capsIDCurrent, noID, t0.Add(24*time.Hour - time.Minute), AskNothing},
+		{"arrives just within the window: replay", capsIDCurrent, noID, t0.Add(24*time.Hour - 3*time.Minute), AskReplay},
 	} {
 		p := policy
-		p.Bank = tc.caps
+		p.Bank, p.RequestBound = tc.caps, 2*time.Minute
 		if got := ChooseQuestion(tc.f, p, tc.now); got != tc.want {
 			t.Errorf("%s: ChooseQuestion = %s, want %s", tc.name, got, tc.want)
 		}

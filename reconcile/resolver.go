@@ -33,7 +33,10 @@ type TxHook func(ctx context.Context, tx pgx.Tx, out Outcome) error
 
 // Defaults of the Resolver's zero fields.
 const (
-	DefaultKeyTTL           = 24 * time.Hour
+	DefaultKeyTTL = 24 * time.Hour
+	// DefaultRequestBound is the longest a request takes from the decision
+	// to send it to its arrival at the bank: a job's timeout and a bank call.
+	DefaultRequestBound     = 2 * time.Minute
 	DefaultCheckInterval    = 2 * time.Second
 	DefaultMaxCheckInterval = 10 * time.Minute
 	DefaultLease            = 2 * time.Minute
@@ -58,6 +61,9 @@ type Resolver struct {
 	// questions from it. Default: bankclient.SettleConnector's (lookup by
 	// our key).
 	Capabilities *bankclient.Capabilities
+	// RequestBound is the longest from deciding a request to its arrival at
+	// the bank (Policy.RequestBound). Default DefaultRequestBound.
+	RequestBound time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// KeyTTL is --bank-key-ttl: never resend once this much time has passed
@@ -125,6 +131,10 @@ func (r *Resolver) policy() Policy {
 		Bank: bankclient.SettleConnector.Capabilities}
 	if r.Capabilities != nil {
 		p.Bank = *r.Capabilities
+	}
+	p.RequestBound = r.RequestBound
+	if p.RequestBound <= 0 {
+		p.RequestBound = DefaultRequestBound
 	}
 	if p.KeyTTL <= 0 {
 		p.KeyTTL = DefaultKeyTTL

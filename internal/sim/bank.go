@@ -52,6 +52,25 @@ type BankConfig struct {
 	// SettleDelayMin, SettleDelayMax bound the simulated time a new payment
 	// takes to reach its final status (accepted, then processing halfway).
 	SettleDelayMin, SettleDelayMax time.Duration
+	// Caps is what the bank lets the engine ask (the zero value: nothing
+	// but the POST); the calls it does not offer answer ErrUnsupported
+	// without a request, and a replay answers as Caps.Replay says.
+	Caps bankclient.Capabilities
+}
+
+// CapabilitySets are the kinds of bank the simulation runs the engine
+// against (DESIGN.md section 13): by our key (settle), by the bank's id
+// only with the original response replayed and a searchable list
+// (Stripe), by the bank's id only with the current resource replayed and
+// no list (UK Open Banking), and a bank that offers only its list.
+var CapabilitySets = []struct {
+	Name string
+	Caps bankclient.Capabilities
+}{
+	{"by-key", bankclient.Capabilities{LookupByKey: true, Search: true, Replay: bankclient.ReplayStored}},
+	{"by-id/original-replay/list", bankclient.Capabilities{LookupByID: true, Search: true, Replay: bankclient.ReplayOriginal}},
+	{"by-id/current-replay", bankclient.Capabilities{LookupByID: true, Replay: bankclient.ReplayCurrent}},
+	{"list-only", bankclient.Capabilities{Search: true, Replay: bankclient.ReplayStored}},
 }
 
 // Bank is an in-memory model of the bank protocol (DESIGN.md section 7)
@@ -236,7 +255,11 @@ func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.Se
 			return bankclient.SendResult{}, &bankclient.RejectedError{StatusCode: http.StatusUnprocessableEntity, Code: bankclient.ErrorCodeRejected, Reason: e.rejection}
 		}
 		b.logf("send %s: replayed %s", key, e.payment.id)
-		return bankclient.SendResult{Payment: e.payment.view(now), Replayed: true}, nil
+		if b.cfg.Caps.Replay == bankclient.ReplayOriginal {
+			// The original response, as it was when the payment was made.
+			return bankclient.SendResult{Payment: e.payment.view(e.payment.createdAt)}, nil
+		}
+		return bankclient.SendResult{Payment: e.payment.view(now), Replayed: b.cfg.Caps.Replay == bankclient.ReplayStored}, nil
 	}
 	e := &keyEntry{req: req}
 	if b.cfg.KeyTTL > 0 {
@@ -288,6 +311,9 @@ func (p *simPayment) view(now time.Time) bankclient.Payment {
 
 // StatusByKey implements bankclient.Bank.
 func (b *Bank) StatusByKey(ctx context.Context, key string) (bankclient.Payment, error) {
+	if !b.cfg.Caps.LookupByKey {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, bankclient.ErrUnsupported)
+	}
 	if err := ctx.Err(); err != nil {
 		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: error before contacting bank: %w", key, err)
 	}
@@ -321,9 +347,52 @@ func (b *Bank) StatusByKey(ctx context.Context, key string) (bankclient.Payment,
 	return pay, err
 }
 
+// StatusByID implements bankclient.IDLookup: the payment by the bank's id,
+// with the faults of a status call. Ids are never forgotten.
+func (b *Bank) StatusByID(ctx context.Context, id string) (bankclient.Payment, error) {
+	if !b.cfg.Caps.LookupByID {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: %w", id, bankclient.ErrUnsupported)
+	}
+	if err := ctx.Err(); err != nil {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: error before contacting bank: %w", id, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.faults
+	var (
+		pay bankclient.Payment
+		err error
+	)
+	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
+		if b.chance(f.StatusError) {
+			b.logf("status by id %s attempt %d: 503", id, n)
+			return ambiguous(bankclient.OpStatus, http.StatusServiceUnavailable, n)
+		}
+		now := b.clock.Now()
+		b.clock.Advance(b.leg(f))
+		for _, p := range b.payments {
+			if p.id == id {
+				pay = p.view(now)
+				b.logf("status by id %s: %s", id, pay.Status)
+				return nil
+			}
+		}
+		b.logf("status by id %s: 404", id)
+		err = fmt.Errorf("error getting payment %s: %w", id, bankclient.ErrPaymentNotFound)
+		return nil
+	})
+	if last != nil {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: %w", id, last)
+	}
+	return pay, err
+}
+
 // Statement implements bankclient.Bank: every payment ever executed, in
 // order, the cursor being the index of the next one.
 func (b *Bank) Statement(ctx context.Context, after string, limit int) (bankclient.StatementPage, error) {
+	if !b.cfg.Caps.Search {
+		return bankclient.StatementPage{}, fmt.Errorf("error reading statement: %w", bankclient.ErrUnsupported)
+	}
 	if err := ctx.Err(); err != nil {
 		return bankclient.StatementPage{}, fmt.Errorf("error reading statement: %w", err)
 	}

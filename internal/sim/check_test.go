@@ -89,7 +89,7 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := dbtest.New(t)
-			r, err := simulate(ctx, db.Pool, Config{Seed: cleanSeed})
+			r, err := simulate(ctx, db.Pool, Config{Seed: cleanSeed, Bank: CapabilitySets[0].Name})
 			if err != nil {
 				t.Fatal(err)
 			}

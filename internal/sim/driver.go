@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/reconcile"
@@ -24,7 +25,11 @@ const (
 	maxCheckInterval = 10 * time.Minute
 	lease            = 2 * time.Minute
 	settleDelayMax   = 5 * time.Minute
-	recoveryRounds   = 40
+	// requestBound bounds the simulated time from a decision to its
+	// request's arrival at the bank: a call of the worst profile (three
+	// attempts, two 15 s legs each, 5 s between) behind two more actors'.
+	requestBound   = 10 * time.Minute
+	recoveryRounds = 40
 )
 
 // Config configures one simulated run.
@@ -40,6 +45,24 @@ type Config struct {
 	// bank's (EngineKeyTTL): an operator's safety margin. Default 0, the
 	// documented setup (--bank-key-ttl equal to the bank's TTL).
 	KeyTTLMargin time.Duration
+	// Bank names the capability set of CapabilitySets the bank has; empty
+	// takes the seed's (seed modulo their number), so a range of seeds
+	// runs every kind of bank.
+	Bank string
+}
+
+// capabilities returns the capability set of cfg.
+func (cfg Config) capabilities() (string, bankclient.Capabilities, error) {
+	for _, cs := range CapabilitySets {
+		if cs.Name == cfg.Bank {
+			return cs.Name, cs.Caps, nil
+		}
+	}
+	if cfg.Bank != "" {
+		return "", bankclient.Capabilities{}, fmt.Errorf("unknown capability set %q", cfg.Bank)
+	}
+	cs := CapabilitySets[cfg.Seed%uint64(len(CapabilitySets))]
+	return cs.Name, cs.Caps, nil
 }
 
 // Result is what a run did and found.
@@ -112,6 +135,8 @@ type run struct {
 	sched *scheduler
 	// engineTTL is the Resolver's KeyTTL.
 	engineTTL time.Duration
+	// caps is what the bank offers (and the Resolver is told).
+	caps bankclient.Capabilities
 
 	events []payloads
 	// delivered marks settlements with at least one delivery attempted.
@@ -149,7 +174,11 @@ func simulate(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*run, error)
 	case 1:
 		bankTTL = 3 * EngineKeyTTL
 	}
-	r := newRun(pool, cfg, rng, bankTTL)
+	capsName, caps, err := cfg.capabilities()
+	if err != nil {
+		return nil, err
+	}
+	r := newRun(pool, cfg, rng, bankTTL, caps)
 	n := cfg.Settlements
 	if n <= 0 {
 		n = 5 + rng.IntN(26)
@@ -159,7 +188,7 @@ func simulate(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*run, error)
 		steps = n * (4 + rng.IntN(5))
 	}
 	r.res.Stats.Settlements, r.res.Stats.Steps = n, steps
-	r.tracef("seed %d: %d settlements, %d steps, bank key TTL %s, engine key TTL %s", cfg.Seed, n, steps, bankTTL, r.engineTTL)
+	r.tracef("seed %d: %d settlements, %d steps, bank %s, bank key TTL %s, engine key TTL %s", cfg.Seed, n, steps, capsName, bankTTL, r.engineTTL)
 	r.genEvents(n)
 	r.setFaults(r.drawFaults())
 
@@ -179,14 +208,15 @@ func simulate(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*run, error)
 
 // newRun sets a run up: the clock at Epoch, a bank forgetting keys after
 // bankTTL, the engine's key TTL EngineKeyTTL less cfg.KeyTTLMargin.
-func newRun(pool *pgxpool.Pool, cfg Config, rng *rand.Rand, bankTTL time.Duration) *run {
+func newRun(pool *pgxpool.Pool, cfg Config, rng *rand.Rand, bankTTL time.Duration, caps bankclient.Capabilities) *run {
 	clock := settletest.NewManualClock(Epoch)
 	return &run{
 		cfg:   cfg,
 		rng:   rng,
 		clock: clock,
 		bank: NewBank(BankConfig{Seed: rng.Uint64(), Clock: clock, KeyTTL: bankTTL,
-			SettleDelayMin: 0, SettleDelayMax: settleDelayMax}),
+			SettleDelayMin: 0, SettleDelayMax: settleDelayMax, Caps: caps}),
+		caps:           caps,
 		engineTTL:      EngineKeyTTL - cfg.KeyTTLMargin,
 		pool:           pool,
 		sched:          newScheduler(rand.New(rand.NewPCG(rng.Uint64(), 1))),
@@ -532,6 +562,7 @@ func (r *run) resolverFn(a *actor, idx int, send bool, out *string) (func(contex
 	rs := &reconcile.Resolver{
 		DB: actorDB{a: a, pool: r.pool}, Bank: actorBank{a: a, bank: r.bank}, Now: r.clock.Now,
 		KeyTTL: r.engineTTL, CheckInterval: checkInterval, MaxCheckInterval: maxCheckInterval, Lease: lease,
+		Capabilities: &r.caps, RequestBound: requestBound,
 	}
 	call, desc := rs.Resolve, "resolve "+id
 	if send {

@@ -45,7 +45,7 @@ func TestKeyTTLBoundaryResend(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := dbtest.New(t)
-			r := newRun(db.Pool, Config{KeyTTLMargin: tc.margin}, rand.New(rand.NewPCG(1, 1)), EngineKeyTTL)
+			r := newRun(db.Pool, Config{KeyTTLMargin: tc.margin}, rand.New(rand.NewPCG(1, 1)), EngineKeyTTL, CapabilitySets[0].Caps)
 			r.genEvents(1)
 
 			r.script(ctx, t, "deliver s00", func(a *actor, out *string) (func(context.Context), string) {

@@ -346,6 +346,31 @@ func (b actorBank) StatusByKey(ctx context.Context, key string) (bankclient.Paym
 		&bankclient.AmbiguousError{Op: bankclient.OpStatus, Attempts: 1, Err: fmt.Errorf("%w (request in flight)", context.Canceled)})
 }
 
+// StatusByID is StatusByKey by the bank's id.
+func (b actorBank) StatusByID(ctx context.Context, key string) (bankclient.Payment, error) {
+	if err := b.a.op("bank status by id"); err != nil {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, err)
+	}
+	call := b.a.bankCalls
+	b.a.bankCalls++
+	if call == b.a.crashAfterBank {
+		_, _ = b.bank.StatusByID(ctx, key)
+		b.a.crashed = true
+		b.a.note("crashed after bank status by id %d returned", call)
+		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, errCrashed)
+	}
+	if call != b.a.cancelAt {
+		return b.bank.StatusByID(ctx, key)
+	}
+	b.a.note("context ended at bank status (mode %d)", b.a.cancelMode)
+	b.a.cancel()
+	if b.a.cancelMode == cancelBefore {
+		return b.bank.StatusByKey(b.a.ctx, key)
+	}
+	return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key,
+		&bankclient.AmbiguousError{Op: bankclient.OpStatus, Attempts: 1, Err: fmt.Errorf("%w (request in flight)", context.Canceled)})
+}
+
 func (b actorBank) Statement(ctx context.Context, after string, limit int) (bankclient.StatementPage, error) {
 	if err := b.a.op("bank statement"); err != nil {
 		return bankclient.StatementPage{}, err

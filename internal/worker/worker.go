@@ -293,6 +293,7 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 		lease = c.JobTimeout + 30*time.Second
 	}
 	w.resolver = &reconcile.Resolver{
+		RequestBound:     c.JobTimeout + time.Duration(c.BankAttempts)*c.BankTimeout,
 		DB:               c.Pool,
 		Bank:             bank,
 		Capabilities:     &caps,
