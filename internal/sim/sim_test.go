@@ -21,6 +21,7 @@ var (
 	flagSeed   = flag.Uint64("sim.seed", 0, "run only this seed, verbosely (replay a failure)")
 	flagFirst  = flag.Uint64("sim.first", 1, "first seed of the range TestSimulation runs")
 	flagMargin = flag.Duration("sim.margin", 0, "configure the engine's key TTL this much below the bank's")
+	flagBank   = flag.String("sim.bank", "", "run every seed against this kind of bank (by-key, by-id/original-replay/list, by-id/current-replay, list-only; default: the seed's)")
 )
 
 func TestMain(m *testing.M) {
@@ -62,7 +63,7 @@ func TestSimulation(t *testing.T) {
 	ctx := context.Background()
 	if *flagSeed != 0 {
 		db := dbtest.New(t)
-		res, err := Run(ctx, db.Pool, Config{Seed: *flagSeed, KeyTTLMargin: *flagMargin})
+		res, err := Run(ctx, db.Pool, Config{Seed: *flagSeed, KeyTTLMargin: *flagMargin, Bank: *flagBank})
 		if err != nil {
 			t.Fatalf("seed %d: harness error: %v", *flagSeed, err)
 		}
@@ -111,7 +112,7 @@ func TestSimulation(t *testing.T) {
 					mu.Unlock()
 					continue
 				}
-				res, err := Run(ctx, pool, Config{Seed: seed, KeyTTLMargin: *flagMargin})
+				res, err := Run(ctx, pool, Config{Seed: seed, KeyTTLMargin: *flagMargin, Bank: *flagBank})
 				mu.Lock()
 				runs++
 				if err != nil {
