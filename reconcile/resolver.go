@@ -62,7 +62,8 @@ type Resolver struct {
 	// our key).
 	Capabilities *bankclient.Capabilities
 	// RequestBound is the longest from deciding a request to its arrival at
-	// the bank (Policy.RequestBound). Default DefaultRequestBound.
+	// the bank (Policy.RequestBound). Default DefaultRequestBound. (A
+	// negative bound is a bug that only the simulation plants.)
 	RequestBound time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -133,7 +134,7 @@ func (r *Resolver) policy() Policy {
 		p.Bank = *r.Capabilities
 	}
 	p.RequestBound = r.RequestBound
-	if p.RequestBound <= 0 {
+	if p.RequestBound == 0 {
 		p.RequestBound = DefaultRequestBound
 	}
 	if p.KeyTTL <= 0 {

@@ -49,6 +49,12 @@ type Config struct {
 	// takes the seed's (seed modulo their number), so a range of seeds
 	// runs every kind of bank.
 	Bank string
+	// Plant configures the engine wrongly on purpose, to prove the
+	// checker catches the double payment it allows: "replay-after-window"
+	// (replays decided as if requests arrived before they were sent) or
+	// "resend-after-window" (the engine believes keys live a hundred times
+	// longer than the bank keeps them). Empty: the engine as shipped.
+	Plant string
 }
 
 // capabilities returns the capability set of cfg.
@@ -374,8 +380,12 @@ func (r *run) advance(context.Context) {
 // advanceToBoundary moves the clock close to the moment a settlement's key
 // TTL ends, where a resend is most dangerous.
 func (r *run) advanceToBoundary(ctx context.Context, step int) error {
+	// At a bank that cannot be asked by our key, the dangerous ones are
+	// those whose payment id no answer gave: only a replay or the list
+	// can tell what became of them.
 	rows, err := r.pool.Query(ctx, `SELECT settlement_id, first_attempt_at FROM settlements
-		WHERE first_attempt_at IS NOT NULL AND state NOT IN ('confirmed', 'failed') ORDER BY settlement_id`)
+		WHERE first_attempt_at IS NOT NULL AND state NOT IN ('confirmed', 'failed')
+		  AND ($1 OR bank_payment_id IS NULL) ORDER BY settlement_id`, r.caps.LookupByKey)
 	if err != nil {
 		return fmt.Errorf("error reading first attempts: %w", err)
 	}
@@ -563,6 +573,12 @@ func (r *run) resolverFn(a *actor, idx int, send bool, out *string) (func(contex
 		DB: actorDB{a: a, pool: r.pool}, Bank: actorBank{a: a, bank: r.bank}, Now: r.clock.Now,
 		KeyTTL: r.engineTTL, CheckInterval: checkInterval, MaxCheckInterval: maxCheckInterval, Lease: lease,
 		Capabilities: &r.caps, RequestBound: requestBound,
+	}
+	switch r.cfg.Plant {
+	case "replay-after-window":
+		rs.RequestBound = -3 * EngineKeyTTL
+	case "resend-after-window":
+		rs.KeyTTL = 100 * EngineKeyTTL
 	}
 	call, desc := rs.Resolve, "resolve "+id
 	if send {
