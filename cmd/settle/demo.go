@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/demo"
 )
@@ -47,11 +49,16 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	seed := fs.Int64("seed", 1, "seed of the events and of the bank's fault decisions")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for every settlement to become terminal")
 	keep := fs.Bool("keep", false, "leave the bank and the worker running after the report, until Ctrl-C")
+	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+strings.Join(bankclient.Names(), ", "))
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(s.Err, "settle demo: unexpected arguments %q\n", fs.Args())
+		return exitError
+	}
+	if _, err := bankclient.Lookup(*bank); err != nil {
+		fmt.Fprintf(s.Err, "settle demo: %v\n", err)
 		return exitError
 	}
 	if _, ok := demo.Profiles[*faults]; !ok || *events < 2 {
@@ -75,7 +82,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	}
 	defer done()
 	rep, err := demo.Run(ctx, demo.Options{
-		Events: *events, Faults: *faults, Seed: *seed, Timeout: *timeout, Keep: *keep,
+		Events: *events, Faults: *faults, Bank: *bank, Seed: *seed, Timeout: *timeout, Keep: *keep,
 		Executable: exe, Out: s.Out, Err: s.Err, Progress: cli.IsTerminal(s.Err),
 	})
 	if err != nil {

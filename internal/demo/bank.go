@@ -67,8 +67,8 @@ type bankServer struct {
 	payments, created, replayed, rejected, dropped, refused, statusCalls, statusErrors atomic.Int64
 }
 
-func startBank(seed int64, faults bankclient.Faults) (*bankServer, error) {
-	b, err := fakebank.New(fakebank.Options{Seed: seed, Faults: faults})
+func startBank(seed int64, faults bankclient.Faults, profile string) (*bankServer, error) {
+	b, err := fakebank.New(fakebank.Options{Seed: seed, Faults: faults, Profile: profile})
 	if err != nil {
 		return nil, fmt.Errorf("error creating the bank: %w", err)
 	}

@@ -47,6 +47,9 @@ type Options struct {
 	Events int
 	// Faults names a profile of Profiles (default "flaky").
 	Faults string
+	// Bank is the connector the worker pays through, and the fakebank
+	// profile that serves its API (default "settle").
+	Bank string
 	// Seed seeds the events and the bank's fault decisions (default 1).
 	Seed int64
 	// Timeout bounds the wait for every settlement to be terminal
@@ -99,6 +102,9 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if o.Events <= 0 {
 		o.Events = 200
 	}
+	if o.Bank == "" {
+		o.Bank = bankclient.SettleConnector.Name
+	}
 	if o.Faults == "" {
 		o.Faults = "flaky"
 	}
@@ -133,7 +139,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	}
 
 	// The bank and the worker.
-	bank, err := startBank(o.Seed, faults)
+	bank, err := startBank(o.Seed, faults, o.Bank)
 	if err != nil {
 		return Report{}, err
 	}
@@ -147,7 +153,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		return Report{}, fmt.Errorf("error creating the demo's log directory: %w", err)
 	}
 	token := randomToken()
-	worker, err := startWorker(ctx, o.Executable, dbURL, bank.url, token, filepath.Join(dir, "worker.log"))
+	worker, err := startWorker(ctx, o.Executable, dbURL, bank.url, o.Bank, token, filepath.Join(dir, "worker.log"))
 	if err != nil {
 		return Report{}, err
 	}
@@ -197,14 +203,18 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if err := bank.bank.SetFaults(bankclient.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
 		return rep, fmt.Errorf("error calming the bank: %w", err)
 	}
-	if err := rep.read(ctx, pool, bank); err != nil {
+	client, err := o.bankClient(bank.url)
+	if err != nil {
+		return rep, err
+	}
+	if err := rep.read(ctx, pool, bank, client); err != nil {
 		return rep, err
 	}
 	if err := rep.importStatements(ctx, pool, bank.url, start); err != nil {
 		return rep, err
 	}
 	rep.check(stream)
-	if err := rep.checkInvariants(ctx, pool, bank, stream); err != nil {
+	if err := rep.checkInvariants(ctx, pool, client, stream); err != nil {
 		return rep, err
 	}
 	rep.Duration = time.Since(start)
@@ -264,14 +274,10 @@ func (o Options) waitTerminal(ctx context.Context, pool *pgxpool.Pool, want int)
 }
 
 // read fills the report from the database and the bank.
-func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer) error {
+func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer, client bankclient.Bank) error {
 	var err error
 	if r.Summary, err = (&reconcile.Inspector{DB: pool}).Summary(ctx); err != nil {
 		return fmt.Errorf("error reading the reconcile summary: %w", err)
-	}
-	client, err := bankclient.New(bank.url, bankclient.Options{})
-	if err != nil {
-		return err
 	}
 	var br reconcile.BankReport
 	if r.Bank, err = (&reconcile.BankReporter{DB: pool, Bank: client}).Run(ctx, &br); err != nil {
@@ -336,11 +342,8 @@ func (r *Report) check(st Stream) {
 // conflicting event changed nothing (each settlement holds, and was paid,
 // the amount of its first delivery), one movement per confirmed
 // settlement, no payment twice, every history allowed.
-func (r *Report) checkInvariants(ctx context.Context, pool *pgxpool.Pool, bank *bankServer, st Stream) error {
-	client, err := bankclient.New(bank.url, bankclient.Options{})
-	if err != nil {
-		return err
-	}
+func (r *Report) checkInvariants(ctx context.Context, pool *pgxpool.Pool, client bankclient.Bank, st Stream) error {
+	var err error
 	e := reconcile.Expect{First: make(map[string]reconcile.Payload, len(st.Amounts)), CheckBank: true, Recovered: true}
 	for id, amount := range st.Amounts {
 		e.First[id] = reconcile.Payload{AmountCents: amount}
@@ -467,4 +470,13 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// bankClient is a client of the demo's bank through its connector.
+func (o Options) bankClient(url string) (bankclient.Bank, error) {
+	conn, err := bankclient.Lookup(o.Bank)
+	if err != nil {
+		return nil, err
+	}
+	return conn.New(url, bankclient.Options{})
 }

@@ -29,14 +29,14 @@ var workerFlags = []string{
 // SETTLE_HOME and SETTLE_PG_BINDIR but none of the user's other SETTLE_*
 // settings (worker flags, crash points, bank credentials), so the demo
 // always runs the same way; it dies with the demo.
-func startWorker(ctx context.Context, exe, dbURL, bankURL, token, logPath string) (*workerproc.Proc, error) {
+func startWorker(ctx context.Context, exe, dbURL, bankURL, bank, token, logPath string) (*workerproc.Proc, error) {
 	return workerproc.Start(ctx, workerproc.Options{
 		Executable:    exe,
 		Name:          "the worker",
 		DatabaseURL:   dbURL,
 		LogPath:       logPath,
 		Env:           []string{"SETTLE_API_TOKEN=" + token},
-		Args:          append([]string{"--bank-url", bankURL}, workerFlags...),
+		Args:          append([]string{"--bank", bank, "--bank-url", bankURL}, workerFlags...),
 		KeepSettleEnv: []string{"SETTLE_HOME", "SETTLE_PG_BINDIR"},
 		DieWithParent: true,
 	})
