@@ -261,13 +261,11 @@ func (im *StatementImporter) store(ctx context.Context, tx pgx.Tx, fileID int64,
 // insertLinesSQL moves the staged lines into bank_statement_entries and
 // matches each to a settlement in the same statement.
 //
-// The join ON s.settlement_id = l.end_to_end_id is the one place that says
-// which settlement a statement line belongs to: the reference settle sent
-// the bank (bankclient.PaymentRequest.Reference) is the settlement id
-// today. When settlements.bank_reference lands (DESIGN section 13: a short
-// form where the bank limits references), this condition, and nothing else,
-// becomes coalesce(s.bank_reference, s.settlement_id) = l.end_to_end_id
-// (bank_reference must then be unique, and indexed as that expression).
+// The join ON coalesce(s.bank_reference, s.settlement_id) = l.end_to_end_id
+// is the one place that says which settlement a statement line belongs to:
+// the reference settle sent the bank (settlements.bank_reference, stored at
+// intake; the settlement id for settlements received before it existed),
+// indexed as that expression.
 const insertLinesSQL = `
 	INSERT INTO bank_statement_entries (statement_id, position, tx_index, tx_count, entry_ref, entry_amount_minor,
 		amount_minor, currency, direction, booked_on, value_on, end_to_end_id, reversal, return_reason,
@@ -277,7 +275,7 @@ const insertLinesSQL = `
 	       s.settlement_id, CASE WHEN s.settlement_id IS NULL THEN 'none' ELSE 'reference' END
 	FROM ` + importStageTable + ` l
 	JOIN bank_statements st ON st.file_id = $1 AND st.seq = l.stmt_seq
-	LEFT JOIN settlements s ON s.settlement_id = l.end_to_end_id
+	LEFT JOIN settlements s ON coalesce(s.bank_reference, s.settlement_id) = l.end_to_end_id
 	ORDER BY l.stmt_seq, l.position, l.tx_index`
 
 // suggestSQL proposes, for each line of the file without a reference

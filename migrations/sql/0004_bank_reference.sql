@@ -5,7 +5,9 @@
 -- settlement_id) is their reference.
 ALTER TABLE settlements ADD COLUMN bank_reference text
     CHECK (bank_reference IS NULL OR (length(bank_reference) BETWEEN 1 AND 256));
-CREATE INDEX settlements_bank_reference_idx ON settlements (bank_reference) WHERE bank_reference IS NOT NULL;
+-- The bank knows a settlement by this reference: webhooks, the bank report
+-- and statement lines are matched on it.
+CREATE INDEX settlements_reference_idx ON settlements ((coalesce(bank_reference, settlement_id)));
 
 -- Questions to banks that do not look payments up by our key: the
 -- identical POST repeated under the same key (replay), and a search of the
