@@ -134,6 +134,24 @@ type Policy struct {
 	// call): a replay is decided only while the key will still be
 	// remembered when it arrives.
 	RequestBound time.Duration
+	// ReturnWatch is how long after confirmation the bank is still asked
+	// whether the payment came back (--return-watch); 0 never asks.
+	ReturnWatch time.Duration
+}
+
+// watchDelay is when a confirmed settlement is next asked whether its
+// payment came back: as long after now as it has been confirmed (so the
+// checks thin out: 10 minutes, 20, 40, … a dozen over a week), never
+// sooner than MaxCheckInterval; zero once the watch is over.
+func (p Policy) watchDelay(f Facts, now time.Time) time.Time {
+	if p.ReturnWatch <= 0 || f.ConfirmedAt.IsZero() {
+		return time.Time{}
+	}
+	next := now.Add(max(now.Sub(f.ConfirmedAt), p.MaxCheckInterval, p.CheckInterval))
+	if next.After(f.ConfirmedAt.Add(p.ReturnWatch)) {
+		return time.Time{}
+	}
+	return next
 }
 
 // replayable reports whether the identical request may be repeated under
@@ -176,6 +194,12 @@ type Facts struct {
 	// BankPaymentID is the bank's id of the payment, once any answer
 	// carried it.
 	BankPaymentID string
+	// ConfirmedAt is when the settlement was confirmed; zero when it was
+	// not.
+	ConfirmedAt time.Time
+	// Watched is true for a confirmed settlement still inside its return
+	// watch: the bank is still asked whether the payment came back.
+	Watched bool
 }
 
 // reference is the reference the settlement travels under (its id for a
@@ -232,6 +256,8 @@ func StartSend(f Facts) Action {
 // bank cannot know it), a status check otherwise.
 func StartResolve(f Facts) Action {
 	switch {
+	case f.State == settlement.Confirmed && f.Watched:
+		return ActionCheck
 	case f.State.Terminal():
 		return ActionNone
 	case f.State == settlement.Pending && f.FirstAttemptAt.IsZero():
@@ -265,6 +291,12 @@ const (
 	// ReasonDuplicateAtBank: the bank holds more than one payment with our
 	// reference.
 	ReasonDuplicateAtBank = "duplicate_at_bank"
+	// ReasonPartialReturn: the bank returned another amount than the
+	// settlement's; only a human can book that.
+	ReasonPartialReturn = "partial_return"
+	// ReasonFailedAfterSettled: the bank reports as failed a payment it had
+	// settled (not as a return).
+	ReasonFailedAfterSettled = "failed_after_settled"
 )
 
 // Question is how the engine asks the bank about a settlement whose
@@ -303,7 +335,9 @@ func ChooseQuestion(f Facts, p Policy, now time.Time) Question {
 		return AskByReference
 	case c.LookupByID && f.BankPaymentID != "":
 		return AskByID
-	case f.replayable(p, now):
+	case f.State != settlement.Confirmed && f.replayable(p, now):
+		// Never for a confirmed settlement: its payment is known, and a
+		// POST could only ever pay it again.
 		return AskReplay
 	case c.Search:
 		return AskSearch
@@ -321,6 +355,11 @@ type Decision struct {
 	// WriteMovement is true exactly when To is confirmed: the ledger
 	// movement is written in the transaction of that transition.
 	WriteMovement bool
+	// WriteReversal is true exactly when To is returned: the reversal
+	// movement is written in the transaction of that transition.
+	WriteReversal bool
+	// Source names what reported a return ("status" when empty).
+	Source string
 	// Resend is true when the bank never saw the key and it is still young:
 	// move back to pending (if not there) and POST again under the same key.
 	Resend bool
@@ -343,10 +382,15 @@ func (d Decision) Moves(from settlement.State) bool { return d.To != from }
 // finalStatus returns the decision for a bank payment in a final status, or
 // ok=false when the status is not final.
 func finalStatus(f Facts, pay bankclient.Payment) (Decision, bool) {
+	if f.State == settlement.Confirmed {
+		return afterConfirmation(f, pay), true
+	}
 	switch pay.Status {
 	case bankclient.StatusSettled:
 		return Decision{To: settlement.Confirmed, Reason: "bank settled payment " + pay.ID, WriteMovement: true, Definitive: true}, true
 	case bankclient.StatusFailed, bankclient.StatusReturned:
+		// Never confirmed here: a return of a payment we did not see settle
+		// fails the settlement, with no movement to reverse.
 		r := fmt.Sprintf("bank %s payment %s", pay.Status, pay.ID)
 		if pay.FailureReason != "" {
 			r += ": " + pay.FailureReason
@@ -354,6 +398,40 @@ func finalStatus(f Facts, pay bankclient.Payment) (Decision, bool) {
 		return Decision{To: settlement.Failed, Reason: r, Definitive: true}, true
 	}
 	return Decision{}, false
+}
+
+// afterConfirmation decides what the bank's word on a confirmed
+// settlement's payment means (DESIGN.md section 15): still settled, it
+// stays confirmed; returned for the settlement's amount, it is returned
+// with its reversal; any other amount, or failed without being a return,
+// contradicts the ledger and waits for a human.
+func afterConfirmation(f Facts, pay bankclient.Payment) Decision {
+	switch {
+	case pay.Status == bankclient.StatusReturned && pay.AmountCents != 0 && pay.AmountCents != f.AmountCents:
+		return Decision{To: settlement.Confirmed, Reason: fmt.Sprintf("bank returned %d of payment %s, the settlement is %d", pay.AmountCents, pay.ID, f.AmountCents), Flag: ReasonPartialReturn}
+	case pay.Status == bankclient.StatusReturned:
+		r := fmt.Sprintf("bank returned payment %s", pay.ID)
+		if pay.FailureReason != "" {
+			r += ": " + pay.FailureReason
+		}
+		return Decision{To: settlement.Returned, Reason: r, WriteReversal: true, Definitive: true}
+	case pay.Status == bankclient.StatusFailed:
+		return Decision{To: settlement.Confirmed, Reason: "bank reports payment " + pay.ID + " failed after it settled", Flag: ReasonFailedAfterSettled}
+	default:
+		return Decision{To: settlement.Confirmed, Reason: fmt.Sprintf("bank holds payment %s (%s)", pay.ID, pay.Status), Definitive: true}
+	}
+}
+
+// DecideReturn decides what a return reported by another source than the
+// status API (a statement entry) means for a settlement: the same as the
+// bank's status API reporting the payment returned for that amount.
+func DecideReturn(f Facts, p Policy, now time.Time, amount int64, reason string) Decision {
+	pay := bankclient.Payment{ID: f.BankPaymentID, Status: bankclient.StatusReturned, AmountCents: amount, FailureReason: reason}
+	if f.State == settlement.Returned || f.State == settlement.Failed {
+		return Decision{To: f.State, Reason: "return already booked"}
+	}
+	d, _ := finalStatus(f, pay)
+	return d
 }
 
 // mismatch reports whether the bank's payment is not this settlement's:
@@ -442,6 +520,20 @@ func DecideReplay(f Facts, p Policy, now time.Time, a Answer) Decision {
 // never after (flagged instead); no definitive answer keeps it waiting
 // (a pending one whose POST may have left becomes uncertain).
 func DecideStatus(f Facts, p Policy, now time.Time, a Answer) Decision {
+	if f.State == settlement.Confirmed {
+		// The return watch: only the payment's word counts; anything else
+		// leaves the settlement confirmed, asked again later.
+		if a.Kind == AnswerPayment {
+			pay := a.Payment
+			if pay.Status == bankclient.StatusReturned {
+				pay.AmountCents = 0 // a return of another amount is judged below, not a stranger's payment
+			}
+			if !mismatch(f, pay) {
+				return afterConfirmation(f, a.Payment)
+			}
+		}
+		return Decision{To: settlement.Confirmed, Reason: "return watch: " + string(a.Kind)}
+	}
 	next := now.Add(p.checkDelay(f.CheckAttempts + 1))
 	switch a.Kind {
 	case AnswerPayment:

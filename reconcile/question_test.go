@@ -135,3 +135,55 @@ func TestDecideStatusByQuestion(t *testing.T) {
 		t.Errorf("rate limited with a short Retry-After: next %s, want the unchanged backoff %s", d.NextCheckAt.Sub(young), policy.checkDelay(3))
 	}
 }
+
+func TestAfterConfirmation(t *testing.T) {
+	t.Parallel()
+	f := facts0(settlement.Confirmed, t0)
+	f.ConfirmedAt = t0
+	ret := func(amount int64) Answer {
+		a := payment(bankclient.StatusReturned)
+		a.Payment.AmountCents = amount
+		return a
+	}
+	for _, tc := range []struct {
+		name     string
+		a        Answer
+		to       settlement.State
+		reversal bool
+		flag     string
+	}{
+		{"still settled", payment(bankclient.StatusSettled), settlement.Confirmed, false, ""},
+		{"returned in full", ret(1000), settlement.Returned, true, ""},
+		{"returned, amount not given", ret(0), settlement.Returned, true, ""},
+		{"partial return", ret(400), settlement.Confirmed, false, ReasonPartialReturn},
+		{"failed after settled", payment(bankclient.StatusFailed), settlement.Confirmed, false, ReasonFailedAfterSettled},
+		{"no answer", Answer{Kind: AnswerAmbiguous}, settlement.Confirmed, false, ""},
+		{"forgotten key", Answer{Kind: AnswerNotFound, Question: AskByKey}, settlement.Confirmed, false, ""},
+	} {
+		d := DecideStatus(f, policy, t0.Add(time.Hour), tc.a)
+		if d.To != tc.to || d.WriteReversal != tc.reversal || d.WriteMovement || d.Resend || d.Flag != tc.flag {
+			t.Errorf("%s: %+v; want to %s, reversal %v, flag %q", tc.name, d, tc.to, tc.reversal, tc.flag)
+		}
+	}
+	for _, st := range []settlement.State{settlement.Sent, settlement.Uncertain, settlement.Pending} {
+		if d := DecideReturn(facts0(st, t0), policy, t0, 1000, "AC04"); d.To != settlement.Failed || d.WriteReversal {
+			t.Errorf("a return of a %s settlement: %+v, want failed, no movement", st, d)
+		}
+	}
+	if d := DecideReturn(facts0(settlement.Returned, t0), policy, t0, 1000, ""); d.Moves(settlement.Returned) || d.WriteReversal {
+		t.Errorf("a second return: %+v, want nothing", d)
+	}
+	p := policy
+	p.ReturnWatch = 7 * 24 * time.Hour
+	for _, tc := range []struct {
+		since, want time.Duration // since confirmation; next check after now (0: none)
+	}{
+		{time.Second, 8 * time.Second}, {time.Minute, time.Minute}, {time.Hour, time.Hour}, {3 * 24 * time.Hour, 3 * 24 * time.Hour}, {5 * 24 * time.Hour, 0},
+	} {
+		now := t0.Add(tc.since)
+		got := p.watchDelay(f, now)
+		if (tc.want == 0) != got.IsZero() || (tc.want != 0 && got.Sub(now) != tc.want) {
+			t.Errorf("%s after confirmation: next watch check %v, want +%s", tc.since, got, tc.want)
+		}
+	}
+}

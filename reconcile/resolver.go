@@ -61,6 +61,9 @@ type Resolver struct {
 	// questions from it. Default: bankclient.SettleConnector's (lookup by
 	// our key).
 	Capabilities *bankclient.Capabilities
+	// ReturnWatch is how long after confirmation the bank is still asked
+	// whether the payment came back (--return-watch); 0 never asks.
+	ReturnWatch time.Duration
 	// RequestBound is the longest from deciding a request to its arrival at
 	// the bank (Policy.RequestBound). Default DefaultRequestBound. (A
 	// negative bound is a bug that only the simulation plants.)
@@ -133,6 +136,7 @@ func (r *Resolver) policy() Policy {
 	if r.Capabilities != nil {
 		p.Bank = *r.Capabilities
 	}
+	p.ReturnWatch = r.ReturnWatch
 	p.RequestBound = r.RequestBound
 	if p.RequestBound == 0 {
 		p.RequestBound = DefaultRequestBound
@@ -208,21 +212,24 @@ func (r *Resolver) start(ctx context.Context, settlementID string, hook TxHook, 
 // settlement.ErrNotFound.
 func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 	var (
-		f       facts
-		state   string
-		first   *time.Time
-		reason  *string
-		entered *time.Time
+		f         facts
+		state     string
+		first     *time.Time
+		reason    *string
+		entered   *time.Time
+		confirmed *time.Time
 	)
 	err := r.DB.QueryRow(ctx, `
 		SELECT s.state, s.account_id, s.beneficiary, s.amount_cents, s.currency, s.bank_key,
 		       coalesce(s.bank_reference, s.settlement_id), coalesce(s.bank_payment_id, ''),
 		       s.first_attempt_at, s.check_attempts, s.investigation_reason,
 		       (SELECT max(t.at) FROM settlement_transitions t
-		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'uncertain')
+		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'uncertain'),
+		       (SELECT max(t.at) FROM settlement_transitions t
+		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'confirmed')
 		FROM settlements s WHERE s.settlement_id = $1`, id).
 		Scan(&state, &f.AccountID, &f.Beneficiary, &f.AmountCents, &f.Currency, &f.BankKey,
-			&f.BankReference, &f.BankPaymentID, &first, &f.CheckAttempts, &reason, &entered)
+			&f.BankReference, &f.BankPaymentID, &first, &f.CheckAttempts, &reason, &entered, &confirmed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, settlement.ErrNotFound)
 	}
@@ -239,6 +246,11 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 	}
 	if entered != nil {
 		f.EnteredUncer = *entered
+	}
+	if confirmed != nil {
+		f.ConfirmedAt = *confirmed
+		p := r.policy()
+		f.Watched = f.State == settlement.Confirmed && !f.Flagged && p.ReturnWatch > 0 && r.now().Before(f.ConfirmedAt.Add(p.ReturnWatch))
 	}
 	return f, nil
 }
@@ -461,10 +473,19 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	case d.Definitive || d.To.Terminal():
 		flagReason = ""
 	}
+	if d.To == settlement.Confirmed && flagReason == "" {
+		// Confirmed is final for the instruction, not for the money: during
+		// the return watch the sweep asks the bank again, ever less often.
+		fc := f.Facts
+		if fc.ConfirmedAt.IsZero() {
+			fc.ConfirmedAt = now
+		}
+		d.NextCheckAt = r.policy().watchDelay(fc, now)
+	}
 	out := Outcome{SettlementID: f.SettlementID, State: d.To, FlagReason: flagReason, Decision: d, NextCheckAt: d.NextCheckAt}
 	out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend)
 	var nextCheck *time.Time
-	if !d.NextCheckAt.IsZero() && !d.To.Terminal() {
+	if !d.NextCheckAt.IsZero() && (!d.To.Terminal() || d.To == settlement.Confirmed) {
 		t := d.NextCheckAt.Add(r.lease())
 		nextCheck = &t
 	}
@@ -542,13 +563,17 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 			slog.String("answer", string(att.answer.Kind)))
 		return out, nil
 	}
-	if d.WriteMovement {
+	if d.WriteMovement || d.WriteReversal {
+		kind := "payout"
+		if d.WriteReversal {
+			kind = "reversal"
+		}
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency, bank_payment_id, created_at)
-			SELECT settlement_id, 'payout', account_id, amount_cents, currency, $2, $3
+			SELECT settlement_id, $4, account_id, amount_cents, currency, coalesce($2, bank_payment_id), $3
 			FROM settlements WHERE settlement_id = $1`,
-			f.SettlementID, paymentID, now); err != nil {
-			return Outcome{}, fmt.Errorf("error writing the ledger movement of settlement %s: %w", f.SettlementID, err)
+			f.SettlementID, paymentID, now, kind); err != nil {
+			return Outcome{}, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
 		}
 	}
 	if hook != nil {
@@ -578,6 +603,13 @@ func (r *Resolver) observe(f facts, d Decision, flagReason string) {
 	}
 	if d.Moves(f.State) {
 		m.Transitions.WithLabelValues(string(d.To)).Inc()
+		if d.To == settlement.Returned {
+			source := d.Source
+			if source == "" {
+				source = "status"
+			}
+			m.Returns.WithLabelValues(source).Inc()
+		}
 		if d.To == settlement.Uncertain {
 			m.UncertainTotal.Inc()
 		}
@@ -669,4 +701,28 @@ func nullable(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// ApplyReturn books a return reported by another source than the bank's
+// status API (source names it: "statement"): a confirmed settlement
+// returned for its amount moves to returned with its reversal, in one
+// transaction; one never confirmed fails; another amount is flagged; a
+// settlement already returned or failed is left as it is. Any number of
+// sources may report the same return, in any order, at once: the
+// optimistic transition and UNIQUE (settlement_id, kind) book one
+// reversal.
+func (r *Resolver) ApplyReturn(ctx context.Context, settlementID, source string, amount int64, reason string) (Outcome, error) {
+	f, err := r.load(ctx, settlementID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	d := DecideReturn(f.Facts, r.policy(), r.now(), amount, reason)
+	d.Source = source
+	d.Reason = source + ": " + d.Reason
+	if !d.Moves(f.State) && d.Flag == "" {
+		return Outcome{SettlementID: settlementID, From: f.State, State: f.State, Done: true}, nil
+	}
+	out, err := r.apply(ctx, f, d, attempt{}, nil)
+	out.From = f.State
+	return out, err
 }

@@ -59,8 +59,8 @@ const (
 // a suggestion (a settlement with its amount, currency and a close date;
 // one whose beneficiary is the line's counterparty first), which is shown
 // and never counted as a match. Returns and reversals of matched payouts
-// are listed; they do not change any settlement here (the
-// return flow, DESIGN section 15, is not built yet).
+// are listed and, with Returns set, handed to the return flow (DESIGN
+// section 15) once the import committed.
 //
 // # Memory stays flat
 //
@@ -78,6 +78,13 @@ type StatementImporter struct {
 	Progress func(entries int64)
 	// Log receives one event per file. Default: discard.
 	Log *slog.Logger
+	// Returns, when set, books the returns the file reports (its matched
+	// lines bringing a payout back) through Resolver.ApplyReturn once the
+	// import committed: the return flow of DESIGN.md section 15. A file
+	// imported again books them again, which changes nothing already
+	// booked, so a crash between the import and its returns is repaired by
+	// importing the file once more.
+	Returns *Resolver
 }
 
 // ImportResult is what importing one file did or, when the same bytes had
@@ -215,10 +222,50 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadS
 	if res.Imported {
 		crash.Point(crash.StatementAfterCommit)
 	}
+	if im.Returns != nil {
+		if err := im.bookReturns(ctx, digest); err != nil {
+			return res, err
+		}
+	}
 	im.log().Info("statement import", "file", name, "digest", digest, "format", res.Format, "imported", res.Imported,
 		"statements", res.Statements, "entries", res.Entries, "matched", res.Matched, "unmatched", res.Unmatched,
 		"returns", res.Returns, "unbalanced", res.Unbalanced)
 	return res, nil
+}
+
+// bookReturns hands every matched line of the file with digest that brings
+// a payout back to the return flow.
+func (im *StatementImporter) bookReturns(ctx context.Context, digest string) error {
+	rows, err := im.DB.Query(ctx, `SELECT e.settlement_id, e.amount_minor, coalesce(e.return_reason, '')
+		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
+		JOIN bank_statement_files f ON f.id = st.file_id
+		WHERE f.digest = $1 AND e.settlement_id IS NOT NULL AND e.direction = 'credit'
+		ORDER BY st.seq, e.position, e.tx_index`, digest)
+	if err != nil {
+		return fmt.Errorf("error reading the returns of the statement: %w", err)
+	}
+	type ret struct {
+		id     string
+		amount int64
+		reason string
+	}
+	rets, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ret, error) {
+		var r ret
+		return r, row.Scan(&r.id, &r.amount, &r.reason)
+	})
+	if err != nil {
+		return fmt.Errorf("error reading the returns of the statement: %w", err)
+	}
+	for _, r := range rets {
+		out, err := im.Returns.ApplyReturn(ctx, r.id, "statement", r.amount, r.reason)
+		if err != nil {
+			return fmt.Errorf("error booking the return of settlement %s: %w", r.id, err)
+		}
+		if out.State != out.From {
+			im.log().Info("statement: return booked", "settlement_id", r.id, "from", out.From, "to", out.State)
+		}
+	}
+	return nil
 }
 
 func (im *StatementImporter) log() *slog.Logger {

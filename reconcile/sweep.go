@@ -16,8 +16,8 @@ type Due struct {
 	NeverAttempted bool
 }
 
-// ClaimDue claims, inside tx, up to limit open settlements whose
-// next_check_at is due at now, oldest first, by pushing their next check
+// ClaimDue claims, inside tx, up to limit open settlements (and confirmed
+// ones in their return watch) whose next_check_at is due at now, oldest first, by pushing their next check
 // one lease ahead: until tx commits no other sweep sees them, and after a
 // lease without progress the sweep takes them again. Rows another
 // transaction holds are skipped, not waited for.
@@ -26,7 +26,7 @@ func ClaimDue(ctx context.Context, tx pgx.Tx, now time.Time, lease time.Duration
 		UPDATE settlements s SET next_check_at = $2
 		FROM (
 			SELECT settlement_id FROM settlements
-			WHERE state IN ('pending', 'sent', 'uncertain') AND next_check_at <= $1
+			WHERE state IN ('pending', 'sent', 'uncertain', 'confirmed') AND next_check_at <= $1
 			ORDER BY next_check_at
 			LIMIT $3
 			FOR UPDATE SKIP LOCKED

@@ -62,7 +62,7 @@ be imported (the others are) or the database is unreachable.`, c.s)
 		return exitError
 	}
 	defer pool.Close()
-	im := &reconcile.StatementImporter{DB: pool}
+	im := &reconcile.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}}
 
 	code = exitOK
 	results := []reconcile.ImportResult{}

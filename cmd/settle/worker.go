@@ -47,6 +47,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the HTTP API (port 0 picks a free port)")
 	fs.StringVar(&c.BankURL, "bank-url", c.BankURL, "base URL of the bank")
 	fs.StringVar(&c.BankName, "bank", c.BankName, "the bank connector: "+strings.Join(bankclient.Names(), ", "))
+	fs.DurationVar(&c.ReturnWatch, "return-watch", 0, "how long after confirmation the bank is still asked whether a payment came back (default: the connector's; settle's is 168h)")
 	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")
 	fs.DurationVar(&c.BankKeyTTL, "bank-key-ttl", c.BankKeyTTL, "never re-send an instruction once this long has passed since its first attempt")

@@ -26,7 +26,7 @@ const maxStatementBytes = 256 << 20
 // reconcile bank --statements).
 func (r *Report) importStatements(ctx context.Context, pool *pgxpool.Pool, bankURL string, start time.Time) error {
 	client := &http.Client{Timeout: time.Minute}
-	im := &reconcile.StatementImporter{DB: pool}
+	im := &reconcile.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}}
 	end := time.Now().UTC()
 	for day := start.UTC().Truncate(24 * time.Hour); !day.After(end); day = day.AddDate(0, 0, 1) {
 		date := day.Format(time.DateOnly)

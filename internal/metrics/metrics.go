@@ -29,6 +29,9 @@ type Metrics struct {
 	Resolution prometheus.Histogram
 	// NeedsInvestigation counts settlements flagged for a human.
 	NeedsInvestigation prometheus.Counter
+	// Returns counts settlements returned after confirmation, by the
+	// source that reported it (status, statement).
+	Returns *prometheus.CounterVec
 	// BankWebhooks counts webhooks from the bank by connector and outcome
 	// (checked, unknown_settlement, bad_signature, stale, malformed, error).
 	BankWebhooks *prometheus.CounterVec
@@ -67,12 +70,15 @@ func New(reg prometheus.Registerer) *Metrics {
 		NeedsInvestigation: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "settle_needs_investigation_total", Help: "Settlements flagged needs_investigation (the engine will not resolve them alone).",
 		}),
+		Returns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_returns_total", Help: "Settlements returned after confirmation (a reversal booked), by the source that reported it (status, statement).",
+		}, []string{"source"}),
 		BankWebhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "settle_bank_webhooks_total", Help: "Webhooks from the bank, by connector and outcome (checked, unknown_settlement, bad_signature, stale, malformed, error).",
 		}, []string{"connector", "outcome"}),
 	}
 	reg.MustRegister(m.IntakeTotal, m.ReplayAge, m.ReceiptConflicts, m.UncertainTotal, m.Transitions,
-		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation, m.BankWebhooks)
+		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation, m.Returns, m.BankWebhooks)
 	return m
 }
 

@@ -13,6 +13,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,10 @@ type Config struct {
 	BankName string
 	// BankRate caps this process's bank requests a second (0: no cap).
 	BankRate float64
+	// ReturnWatch is how long after confirmation the bank is still asked
+	// whether a payment came back (--return-watch); 0 takes the
+	// connector's default.
+	ReturnWatch time.Duration
 	// WebhookSecret verifies the bank's webhooks
 	// (SETTLE_BANK_WEBHOOK_SECRET); empty refuses them all.
 	WebhookSecret string
@@ -124,6 +129,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.BankRate < 0:
 		return errors.New("--bank-rate must not be negative")
+	case c.ReturnWatch < 0:
+		return errors.New("--return-watch must not be negative")
 	case c.ReplayHorizon <= 0:
 		return errors.New("--replay-horizon must be positive")
 	case c.BankKeyTTL <= 0:
@@ -293,6 +300,7 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 		lease = c.JobTimeout + 30*time.Second
 	}
 	w.resolver = &reconcile.Resolver{
+		ReturnWatch:      cmp.Or(c.ReturnWatch, w.conn.DefaultReturnWatch),
 		RequestBound:     c.JobTimeout + time.Duration(c.BankAttempts)*c.BankTimeout,
 		DB:               c.Pool,
 		Bank:             bank,

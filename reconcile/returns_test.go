@@ -1,0 +1,186 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/settlement"
+)
+
+// confirmedBundle is a settlement confirmed at a fakebank, the Resolver
+// watching for returns for an hour.
+func confirmedBundle(t *testing.T, id string, amount int64) (*resolverBundle, string) {
+	t.Helper()
+	b := setupResolver(t, bankclient.Faults{})
+	b.r.ReturnWatch = time.Hour
+	insertSettlement(t, b.db, id, amount)
+	out, err := b.r.Send(context.Background(), id, nil)
+	if err != nil || out.State != settlement.Confirmed {
+		t.Fatalf("send: %+v, %v; want confirmed at once", out, err)
+	}
+	r := readRow(t, b.db, id)
+	if r.paymentID == nil || r.nextCheck == nil {
+		t.Fatalf("confirmed without a payment id or a watch check: %+v", r)
+	}
+	return b, *r.paymentID
+}
+
+func movements(t *testing.T, b *resolverBundle, id string) map[string]int {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT kind, amount_cents FROM ledger_movements WHERE settlement_id = $1`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for rows.Next() {
+		var kind string
+		var amount int64
+		if err := rows.Scan(&kind, &amount); err != nil {
+			t.Fatal(err)
+		}
+		got[kind]++
+	}
+	return got
+}
+
+// TestReturnByStatus: the bank returns a settled payment; the return
+// watch's status check moves the settlement to returned with one reversal.
+func TestReturnByStatus(t *testing.T) {
+	t.Parallel()
+	b, payID := confirmedBundle(t, "ret-status", 2500)
+	ctx := context.Background()
+	if out, err := b.r.Resolve(ctx, "ret-status", nil); err != nil || out.State != settlement.Confirmed {
+		t.Fatalf("watch check before any return: %+v, %v", out, err)
+	}
+	if err := b.bank.Return(payID, "AC04"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.r.Resolve(ctx, "ret-status", nil)
+	if err != nil || out.State != settlement.Returned {
+		t.Fatalf("watch check after the return: %+v, %v; want returned", out, err)
+	}
+	if got := movements(t, b, "ret-status"); got["payout"] != 1 || got["reversal"] != 1 {
+		t.Errorf("movements %v, want one payout and one reversal", got)
+	}
+	if out, _ := b.r.Resolve(ctx, "ret-status", nil); out.Action != ActionNone {
+		t.Errorf("a returned settlement is asked again: %+v", out)
+	}
+	ps, err := bankclient.AllPayments(ctx, b.r.Bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := CheckInvariants(ctx, b.db.Pool, Expect{CheckBank: true, Payments: ps, Recovered: true}); err != nil || len(v) > 0 {
+		t.Errorf("invariants: %v %v", v, err)
+	}
+}
+
+// TestReturnFromEverySourceAtOnce: the same return reported by the status
+// API and by statements, several times each, concurrently: one reversal.
+func TestReturnFromEverySourceAtOnce(t *testing.T) {
+	t.Parallel()
+	b, payID := confirmedBundle(t, "ret-race", 900)
+	if err := b.bank.Return(payID, "MS03"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for range 6 {
+		wg.Go(func() {
+			_, err := b.r.ApplyReturn(ctx, "ret-race", "statement", 900, "MS03")
+			errs <- err
+		})
+		wg.Go(func() {
+			_, err := b.r.Resolve(ctx, "ret-race", nil)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if r := readRow(t, b.db, "ret-race"); r.state != settlement.Returned {
+		t.Errorf("state %s, want returned", r.state)
+	}
+	if got := movements(t, b, "ret-race"); got["payout"] != 1 || got["reversal"] != 1 {
+		t.Errorf("movements %v, want one payout and one reversal", got)
+	}
+	var n int
+	_ = b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM settlement_transitions WHERE settlement_id = 'ret-race' AND to_state = 'returned'`).Scan(&n)
+	if n != 1 {
+		t.Errorf("%d transitions to returned, want one", n)
+	}
+}
+
+// TestReturnRolledBackLeavesNeither: when the transaction that moves the
+// settlement to returned fails before it commits, neither the transition
+// nor the reversal remains.
+func TestReturnRolledBackLeavesNeither(t *testing.T) {
+	t.Parallel()
+	b, payID := confirmedBundle(t, "ret-crash", 700)
+	if err := b.bank.Return(payID, ""); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("crash before commit")
+	_, err := b.r.Resolve(context.Background(), "ret-crash", func(context.Context, pgx.Tx, Outcome) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the hook's", err)
+	}
+	if r := readRow(t, b.db, "ret-crash"); r.state != settlement.Confirmed {
+		t.Errorf("state %s after the rollback, want confirmed", r.state)
+	}
+	if got := movements(t, b, "ret-crash"); got["reversal"] != 0 {
+		t.Errorf("movements %v after the rollback, want no reversal", got)
+	}
+	if out, err := b.r.Resolve(context.Background(), "ret-crash", nil); err != nil || out.State != settlement.Returned {
+		t.Errorf("the next check: %+v, %v; want returned", out, err)
+	}
+}
+
+// TestReturnOfWhatWasNeverConfirmed and of another amount: a return of a
+// settlement still sent fails it with no movement; a partial return flags
+// the confirmed settlement, never guessed.
+func TestReturnOfWhatWasNeverConfirmedAndPartialReturns(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{SettleDelayMS: 60_000})
+	ctx := context.Background()
+	insertSettlement(t, b.db, "ret-sent", 100)
+	if out, err := b.r.Send(ctx, "ret-sent", nil); err != nil || out.State != settlement.Sent {
+		t.Fatalf("send: %+v, %v", out, err)
+	}
+	if out, err := b.r.ApplyReturn(ctx, "ret-sent", "statement", 100, "AC01"); err != nil || out.State != settlement.Failed {
+		t.Errorf("a return of a sent settlement: %+v, %v; want failed", out, err)
+	}
+	if got := movements(t, b, "ret-sent"); len(got) != 0 {
+		t.Errorf("movements %v, want none", got)
+	}
+
+	c, _ := confirmedBundle(t, "ret-part", 1000)
+	out, err := c.r.ApplyReturn(ctx, "ret-part", "statement", 400, "AM05")
+	if err != nil || out.State != settlement.Confirmed || out.FlagReason != ReasonPartialReturn {
+		t.Errorf("a partial return: %+v, %v; want confirmed and flagged %s", out, err, ReasonPartialReturn)
+	}
+	if got := movements(t, c, "ret-part"); got["reversal"] != 0 {
+		t.Errorf("movements %v, want no reversal", got)
+	}
+}
+
+// TestReturnWatchEnds: past the watch, a confirmed settlement is no longer
+// asked.
+func TestReturnWatchEnds(t *testing.T) {
+	t.Parallel()
+	b, _ := confirmedBundle(t, "ret-late", 300)
+	b.r.Now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	if out, err := b.r.Resolve(context.Background(), "ret-late", nil); err != nil || out.Action != ActionNone {
+		t.Errorf("after the watch: %+v, %v; want nothing done", out, err)
+	}
+}
