@@ -98,6 +98,10 @@ type Faults struct {
 	// RateLimitPerS > 0 answers 429 with Retry-After to requests past that
 	// many a second.
 	RateLimitPerS float64 `json:"rate_limit_per_s"`
+	// ReturnRate of the payments that settle come back ReturnAfterMS after
+	// they settled (returned, as ACH and SEPA returns do).
+	ReturnRate    float64 `json:"return_rate"`
+	ReturnAfterMS int64   `json:"return_after_ms"`
 }
 
 // Stats is the body of GET /admin/stats.

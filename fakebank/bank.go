@@ -346,6 +346,7 @@ func validateFaults(f bankclient.Faults) error {
 		{"status_error_rate", f.StatusErrorRate},
 		{"reject_rate", f.RejectRate},
 		{"settlement_failure_rate", f.SettlementFailureRate},
+		{"return_rate", f.ReturnRate},
 	}
 	if !(f.RateLimitPerS >= 0 && f.RateLimitPerS <= 1e6) {
 		return fmt.Errorf("rate_limit_per_s must be in [0, 1e6], got %v", f.RateLimitPerS)
@@ -363,6 +364,7 @@ func validateFaults(f bankclient.Faults) error {
 		{"latency_max_ms", f.LatencyMaxMS},
 		{"settle_delay_ms", f.SettleDelayMS},
 		{"key_ttl_ms", f.KeyTTLMS},
+		{"return_after_ms", f.ReturnAfterMS},
 	}
 	for _, d := range durations {
 		if d.v < 0 || d.v > maxDurationMS {

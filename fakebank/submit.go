@@ -135,6 +135,11 @@ func (b *Bank) submit(key string, req bankclient.PaymentRequest) outcome {
 	}
 	if b.chance(b.faults.SettlementFailureRate) {
 		p.Outcome, p.FailureReason = bankclient.StatusFailed, reasonSettlementFailure
+	} else if b.chance(b.faults.ReturnRate) {
+		// Settled, and back again return_after_ms later (an ACH or SEPA
+		// return: the account was closed).
+		p.ReturnAt = p.DueAt.Add(time.Duration(b.faults.ReturnAfterMS) * time.Millisecond)
+		p.ReturnReason = DefaultReturnReason
 	}
 	bk.addPayment(p, e)
 	b.version++

@@ -307,3 +307,48 @@ func TestRateLimitStormSlowsButNeverFails(t *testing.T) {
 	}
 	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 }
+
+// TestReturnsFoundByTheWatch: the bank returns some settled payments a
+// little after they settled; the return watch finds each, and every one
+// ends returned with exactly one reversal, the others confirmed.
+func TestReturnsFoundByTheWatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bankclient.Faults{ReturnRate: 0.5, ReturnAfterMS: 300, SettleDelayMS: 20}, true, func(d *Deps) {
+		d.Resolver.ReturnWatch = time.Hour
+	})
+	const n = 16
+	for i := range n {
+		b.submit(t, fmt.Sprintf("rw-%02d", i), int64(500+i))
+	}
+	ctx := context.Background()
+	settletest.Wait(t, "every return at the bank booked", func() (bool, string) {
+		ps, err := bankclient.AllPayments(ctx, b.deps.Resolver.Bank)
+		if err != nil {
+			return false, err.Error()
+		}
+		atBank := 0
+		for _, p := range ps {
+			if p.Status == bankclient.StatusReturned {
+				atBank++
+			}
+		}
+		var returned, confirmed, other int
+		if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'returned'), count(*) FILTER (WHERE state = 'confirmed'),
+			count(*) FILTER (WHERE state NOT IN ('returned', 'confirmed')) FROM settlements`).Scan(&returned, &confirmed, &other); err != nil {
+			t.Fatal(err)
+		}
+		// Every payment settles first; the bank returns about half.
+		done := len(ps) == n && returned+confirmed == n && returned == atBank && atBank > 0 && other == 0
+		return done, fmt.Sprintf("bank: %d payments, %d returned; ledger: %d returned, %d confirmed, %d other", len(ps), atBank, returned, confirmed, other)
+	})
+	var reversals int
+	if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_movements WHERE kind = 'reversal'`).Scan(&reversals); err != nil {
+		t.Fatal(err)
+	}
+	var returned int
+	_ = b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM settlements WHERE state = 'returned'`).Scan(&returned)
+	if reversals != returned {
+		t.Errorf("%d reversals for %d returned settlements", reversals, returned)
+	}
+	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+}
