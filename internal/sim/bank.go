@@ -314,37 +314,12 @@ func (b *Bank) StatusByKey(ctx context.Context, key string) (bankclient.Payment,
 	if !b.cfg.Caps.LookupByKey {
 		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, bankclient.ErrUnsupported)
 	}
-	if err := ctx.Err(); err != nil {
-		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: error before contacting bank: %w", key, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f := b.faults
-	var (
-		pay bankclient.Payment
-		err error
-	)
-	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
-		if b.chance(f.StatusError) {
-			b.logf("status %s attempt %d: 503", key, n)
-			return ambiguous(bankclient.OpStatus, http.StatusServiceUnavailable, n)
+	return b.status(ctx, "status", key, bankclient.ErrNotFound, func(now time.Time) *simPayment {
+		if e := b.lookup(key, now); e != nil {
+			return e.payment
 		}
-		now := b.clock.Now()
-		e := b.lookup(key, now)
-		b.clock.Advance(b.leg(f))
-		if e == nil || e.payment == nil {
-			b.logf("status %s: 404", key)
-			err = fmt.Errorf("error getting payment status %s: %w", key, bankclient.ErrNotFound)
-			return nil
-		}
-		pay = e.payment.view(now)
-		b.logf("status %s: %s %s", key, pay.ID, pay.Status)
 		return nil
 	})
-	if last != nil {
-		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, last)
-	}
-	return pay, err
 }
 
 // StatusByID implements bankclient.IDLookup: the payment by the bank's id,
@@ -353,8 +328,22 @@ func (b *Bank) StatusByID(ctx context.Context, id string) (bankclient.Payment, e
 	if !b.cfg.Caps.LookupByID {
 		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: %w", id, bankclient.ErrUnsupported)
 	}
+	return b.status(ctx, "status by id", id, bankclient.ErrPaymentNotFound, func(time.Time) *simPayment {
+		for _, p := range b.payments {
+			if p.id == id {
+				return p
+			}
+		}
+		return nil
+	})
+}
+
+// status is one status call about subject, with the faults of its
+// profile: find returns the payment the bank holds at now, or nil, which
+// answers notFound.
+func (b *Bank) status(ctx context.Context, what, subject string, notFound error, find func(now time.Time) *simPayment) (bankclient.Payment, error) {
 	if err := ctx.Err(); err != nil {
-		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: error before contacting bank: %w", id, err)
+		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: error before contacting bank: %w", subject, err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -365,24 +354,23 @@ func (b *Bank) StatusByID(ctx context.Context, id string) (bankclient.Payment, e
 	)
 	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
 		if b.chance(f.StatusError) {
-			b.logf("status by id %s attempt %d: 503", id, n)
+			b.logf("%s %s attempt %d: 503", what, subject, n)
 			return ambiguous(bankclient.OpStatus, http.StatusServiceUnavailable, n)
 		}
 		now := b.clock.Now()
+		p := find(now)
 		b.clock.Advance(b.leg(f))
-		for _, p := range b.payments {
-			if p.id == id {
-				pay = p.view(now)
-				b.logf("status by id %s: %s", id, pay.Status)
-				return nil
-			}
+		if p == nil {
+			b.logf("%s %s: 404", what, subject)
+			err = fmt.Errorf("error getting payment %s: %w", subject, notFound)
+			return nil
 		}
-		b.logf("status by id %s: 404", id)
-		err = fmt.Errorf("error getting payment %s: %w", id, bankclient.ErrPaymentNotFound)
+		pay = p.view(now)
+		b.logf("%s %s: %s %s", what, subject, pay.ID, pay.Status)
 		return nil
 	})
 	if last != nil {
-		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: %w", id, last)
+		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: %w", subject, last)
 	}
 	return pay, err
 }

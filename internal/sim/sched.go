@@ -323,51 +323,38 @@ func (b actorBank) Send(ctx context.Context, key string, req bankclient.PaymentR
 }
 
 func (b actorBank) StatusByKey(ctx context.Context, key string) (bankclient.Payment, error) {
-	if err := b.a.op("bank status"); err != nil {
-		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, err)
-	}
-	call := b.a.bankCalls
-	b.a.bankCalls++
-	if call == b.a.crashAfterBank {
-		_, _ = b.bank.StatusByKey(ctx, key)
-		b.a.crashed = true
-		b.a.note("crashed after bank status %d returned", call)
-		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, errCrashed)
-	}
-	if call != b.a.cancelAt {
-		return b.bank.StatusByKey(ctx, key)
-	}
-	b.a.note("context ended at bank status (mode %d)", b.a.cancelMode)
-	b.a.cancel()
-	if b.a.cancelMode == cancelBefore {
-		return b.bank.StatusByKey(b.a.ctx, key)
-	}
-	return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key,
-		&bankclient.AmbiguousError{Op: bankclient.OpStatus, Attempts: 1, Err: fmt.Errorf("%w (request in flight)", context.Canceled)})
+	return b.status(ctx, "bank status", key, b.bank.StatusByKey)
 }
 
 // StatusByID is StatusByKey by the bank's id.
-func (b actorBank) StatusByID(ctx context.Context, key string) (bankclient.Payment, error) {
-	if err := b.a.op("bank status by id"); err != nil {
-		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, err)
+func (b actorBank) StatusByID(ctx context.Context, id string) (bankclient.Payment, error) {
+	return b.status(ctx, "bank status by id", id, b.bank.StatusByID)
+}
+
+// status runs one status call (of lookup, about subject) through the
+// actor's plan: a crash after the bank answered, or the context ending
+// before the request left or while it was in flight.
+func (b actorBank) status(ctx context.Context, what, subject string, lookup func(context.Context, string) (bankclient.Payment, error)) (bankclient.Payment, error) {
+	if err := b.a.op(what); err != nil {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", subject, err)
 	}
 	call := b.a.bankCalls
 	b.a.bankCalls++
 	if call == b.a.crashAfterBank {
-		_, _ = b.bank.StatusByID(ctx, key)
+		_, _ = lookup(ctx, subject)
 		b.a.crashed = true
-		b.a.note("crashed after bank status by id %d returned", call)
-		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key, errCrashed)
+		b.a.note("crashed after %s %d returned", what, call)
+		return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", subject, errCrashed)
 	}
 	if call != b.a.cancelAt {
-		return b.bank.StatusByID(ctx, key)
+		return lookup(ctx, subject)
 	}
-	b.a.note("context ended at bank status (mode %d)", b.a.cancelMode)
+	b.a.note("context ended at %s (mode %d)", what, b.a.cancelMode)
 	b.a.cancel()
 	if b.a.cancelMode == cancelBefore {
-		return b.bank.StatusByKey(b.a.ctx, key)
+		return lookup(b.a.ctx, subject)
 	}
-	return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", key,
+	return bankclient.Payment{}, fmt.Errorf("error getting payment status %s: %w", subject,
 		&bankclient.AmbiguousError{Op: bankclient.OpStatus, Attempts: 1, Err: fmt.Errorf("%w (request in flight)", context.Canceled)})
 }
 
