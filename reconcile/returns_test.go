@@ -31,7 +31,7 @@ func confirmedBundle(t *testing.T, id string, amount int64) (*resolverBundle, st
 	return b, *r.paymentID
 }
 
-func movements(t *testing.T, b *resolverBundle, id string) map[string]int {
+func bookedMovements(t *testing.T, b *resolverBundle, id string) map[string]int {
 	t.Helper()
 	rows, err := b.db.Pool.Query(context.Background(), `SELECT kind, amount_cents FROM ledger_movements WHERE settlement_id = $1`, id)
 	if err != nil {
@@ -65,7 +65,7 @@ func TestReturnByStatus(t *testing.T) {
 	if err != nil || out.State != settlement.Returned {
 		t.Fatalf("watch check after the return: %+v, %v; want returned", out, err)
 	}
-	if got := movements(t, b, "ret-status"); got["payout"] != 1 || got["reversal"] != 1 {
+	if got := bookedMovements(t, b, "ret-status"); got["payout"] != 1 || got["reversal"] != 1 {
 		t.Errorf("movements %v, want one payout and one reversal", got)
 	}
 	if out, _ := b.r.Resolve(ctx, "ret-status", nil); out.Action != ActionNone {
@@ -111,7 +111,7 @@ func TestReturnFromEverySourceAtOnce(t *testing.T) {
 	if r := readRow(t, b.db, "ret-race"); r.state != settlement.Returned {
 		t.Errorf("state %s, want returned", r.state)
 	}
-	if got := movements(t, b, "ret-race"); got["payout"] != 1 || got["reversal"] != 1 {
+	if got := bookedMovements(t, b, "ret-race"); got["payout"] != 1 || got["reversal"] != 1 {
 		t.Errorf("movements %v, want one payout and one reversal", got)
 	}
 	var n int
@@ -138,7 +138,7 @@ func TestReturnRolledBackLeavesNeither(t *testing.T) {
 	if r := readRow(t, b.db, "ret-crash"); r.state != settlement.Confirmed {
 		t.Errorf("state %s after the rollback, want confirmed", r.state)
 	}
-	if got := movements(t, b, "ret-crash"); got["reversal"] != 0 {
+	if got := bookedMovements(t, b, "ret-crash"); got["reversal"] != 0 {
 		t.Errorf("movements %v after the rollback, want no reversal", got)
 	}
 	if out, err := b.r.Resolve(context.Background(), "ret-crash", nil); err != nil || out.State != settlement.Returned {
@@ -160,7 +160,7 @@ func TestReturnOfWhatWasNeverConfirmedAndPartialReturns(t *testing.T) {
 	if out, err := b.r.ApplyReturn(ctx, "ret-sent", "statement", 100, "AC01"); err != nil || out.State != settlement.Failed {
 		t.Errorf("a return of a sent settlement: %+v, %v; want failed", out, err)
 	}
-	if got := movements(t, b, "ret-sent"); len(got) != 0 {
+	if got := bookedMovements(t, b, "ret-sent"); len(got) != 0 {
 		t.Errorf("movements %v, want none", got)
 	}
 
@@ -169,7 +169,7 @@ func TestReturnOfWhatWasNeverConfirmedAndPartialReturns(t *testing.T) {
 	if err != nil || out.State != settlement.Confirmed || out.FlagReason != ReasonPartialReturn {
 		t.Errorf("a partial return: %+v, %v; want confirmed and flagged %s", out, err, ReasonPartialReturn)
 	}
-	if got := movements(t, c, "ret-part"); got["reversal"] != 0 {
+	if got := bookedMovements(t, c, "ret-part"); got["reversal"] != 0 {
 		t.Errorf("movements %v, want no reversal", got)
 	}
 }
