@@ -124,7 +124,7 @@ func verifySettleWebhook(h http.Header, body []byte, secret string, now time.Tim
 	}
 	var w SettleWebhook
 	if err := json.Unmarshal(body, &w); err != nil {
-		return Hint{}, fmt.Errorf("%w: %v", ErrWebhookMalformed, err)
+		return Hint{}, fmt.Errorf("%w: %w", ErrWebhookMalformed, err)
 	}
 	hint := Hint{Reference: w.Payment.Reference, PaymentID: w.Payment.ID, Key: w.Payment.IdempotencyKey}
 	if hint == (Hint{}) {

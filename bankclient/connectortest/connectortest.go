@@ -210,7 +210,7 @@ func webhook(t *testing.T, tg Target) {
 	if tg.Connector.VerifyWebhook == nil || tg.SignWebhook == nil {
 		t.Skipf("%s takes no webhooks", tg.Connector.Name)
 	}
-	const secret = "whsec_conformance"
+	const secret = "whsec_conformance" //nolint:gosec // G101: a test secret the suite signs and verifies with
 	p := bankclient.Payment{ID: "pay_000000000007", Reference: "conf-hook", IdempotencyKey: bankclient.KeyFor("conf-hook"), Status: bankclient.StatusSettled}
 	body := tg.WebhookBody(p)
 	now := time.Now()
