@@ -133,6 +133,9 @@ type Connector struct {
 	Capabilities Capabilities
 	// New returns a client of the bank at baseURL.
 	New func(baseURL string, opts Options) (Bank, error)
+	// DefaultURL is the bank's base URL when none is given (--bank-url);
+	// empty: DefaultURL of this package, the bundled fakebank.
+	DefaultURL string
 	// CheckEvent refuses a currency or beneficiary the bank could never
 	// route, with a *FieldError; nil accepts everything.
 	CheckEvent func(currency, beneficiary string) error
@@ -155,6 +158,14 @@ func (c Connector) Check(currency, beneficiary string) error {
 		return c.CheckEvent(currency, beneficiary)
 	}
 	return nil
+}
+
+// URL returns the connector's default base URL.
+func (c Connector) URL() string {
+	if c.DefaultURL != "" {
+		return c.DefaultURL
+	}
+	return DefaultURL
 }
 
 // connectors are the registered connectors, by name.

@@ -10,6 +10,9 @@ import (
 const (
 	EnvToken  = "SETTLE_BANK_TOKEN" //nolint:gosec // G101: the name of a variable, not a credential
 	EnvCAFile = "SETTLE_BANK_CA_FILE"
+	// EnvStripeAccount names the Stripe connected account payouts are
+	// made for (the Stripe-Account header); empty: the platform's own.
+	EnvStripeAccount = "SETTLE_STRIPE_ACCOUNT"
 )
 
 // DefaultURL is the bank settle talks to when told nothing else: the
@@ -75,15 +78,21 @@ type Options struct {
 	// bucket of one: requests are spaced evenly); 0 means no cap. It is per
 	// client, and so per process: N workers send up to N times as many.
 	RatePerSecond float64
+	// Account is the account at the bank the client acts for, when the
+	// bank has such a notion (Stripe's connected account, sent as
+	// Stripe-Account); empty: the credential's own.
+	Account string
 }
 
-// OptionsFromEnv returns Options holding the credential and CA file from the
-// environment (SETTLE_BANK_TOKEN, SETTLE_BANK_CA_FILE), read through getenv
-// (pass os.Getenv). Everything else is left at its zero value.
+// OptionsFromEnv returns Options holding the credential, CA file and
+// account from the environment (SETTLE_BANK_TOKEN, SETTLE_BANK_CA_FILE,
+// SETTLE_STRIPE_ACCOUNT), read through getenv (pass os.Getenv). Everything
+// else is left at its zero value.
 func OptionsFromEnv(getenv func(string) string) Options {
 	return Options{
-		Token:  Secret(getenv(EnvToken)),
-		CAFile: getenv(EnvCAFile),
+		Token:   Secret(getenv(EnvToken)),
+		CAFile:  getenv(EnvCAFile),
+		Account: getenv(EnvStripeAccount),
 	}
 }
 

@@ -45,6 +45,10 @@ type PaymentRequest struct {
 	// Reference carries the business identity (the settlement id); the
 	// ledger-vs-bank reconciliation matches on it.
 	Reference string `json:"reference"`
+	// SettlementID is the settlement the payment is for, for banks that
+	// carry it beside the reference (Stripe's metadata[settlement_id]).
+	// It is not part of settle's own protocol.
+	SettlementID string `json:"-"`
 }
 
 // Payment is a payment as the bank reports it.

@@ -335,6 +335,7 @@ func (f facts) request() bankclient.PaymentRequest {
 		DebtorAccount:   f.AccountID,
 		CreditorAccount: f.Beneficiary,
 		Reference:       f.reference(),
+		SettlementID:    f.SettlementID,
 	}
 }
 
