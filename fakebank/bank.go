@@ -218,6 +218,11 @@ func (b *Bank) rateLimited(next http.Handler) http.Handler {
 		if l != nil && !l.Allow() {
 			b.rateLimitedRequests.Add(1)
 			w.Header().Set("Retry-After", "1")
+			if b.profile == "stripe" {
+				// Stripe's 429 (https://docs.stripe.com/rate-limits).
+				writeStripeError(w, http.StatusTooManyRequests, stripeError{Type: stripeInvalidRequest, Code: "rate_limit", Message: "simulated by rate_limit_per_s"})
+				return
+			}
 			writeError(w, http.StatusTooManyRequests, "rate_limited", "simulated by rate_limit_per_s")
 			return
 		}

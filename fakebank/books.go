@@ -27,6 +27,10 @@ type payment struct {
 	// 20022 return reason code such as AC04).
 	ReturnAt     time.Time `json:"return_at,omitzero"`
 	ReturnReason string    `json:"return_reason,omitempty"`
+	// Params are the request's parameters beyond Request that an API face
+	// carries (Stripe's description and metadata), URL-encoded; empty in
+	// the settle profile.
+	Params string `json:"params,omitempty"`
 }
 
 // settledAt reports whether the payment had settled by now (returned
@@ -72,9 +76,11 @@ func (p *payment) view(now time.Time) bankclient.Payment {
 // first made with it and its definitive outcome, either a payment or a
 // rejection.
 type keyEntry struct {
-	Key       string                    `json:"key"`
-	Request   bankclient.PaymentRequest `json:"request"`
-	FirstSeen time.Time                 `json:"first_seen"`
+	Key     string                    `json:"key"`
+	Request bankclient.PaymentRequest `json:"request"`
+	// Params are the payment's Params: a replay must carry the same.
+	Params    string    `json:"params,omitempty"`
+	FirstSeen time.Time `json:"first_seen"`
 	// ExpiresAt is when the bank forgets the key; zero means never. It is
 	// fixed when the key is first seen, from the key_ttl_ms of that moment.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`

@@ -21,6 +21,7 @@ const (
 type outcome struct {
 	kind     outcomeKind
 	payment  bankclient.Payment // created or replayed
+	seq      int64              // the payment's sequence number, 0 without one
 	reason   string             // rejected
 	replayed bool               // answered from a stored outcome
 	version  uint64             // books version to be durable before answering
@@ -89,13 +90,19 @@ const (
 // from the seeded source, inside the books lock, so the draws follow the
 // order in which requests are decided.
 func (b *Bank) submit(key string, req bankclient.PaymentRequest) outcome {
+	return b.submitParams(key, req, "")
+}
+
+// submitParams is submit for an API face whose requests carry params
+// beyond req (see payment.Params): a replay must carry the same.
+func (b *Bank) submitParams(key string, req bankclient.PaymentRequest, params string) outcome {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now().UTC()
 	bk := b.books
 
 	if e := bk.lookup(key, now); e != nil {
-		if e.Request != req {
+		if e.Request != req || e.Params != params {
 			bk.keyReuseConflicts++
 			b.version++
 			return outcome{kind: outcomeKeyReuse, version: b.version}
@@ -103,12 +110,12 @@ func (b *Bank) submit(key string, req bankclient.PaymentRequest) outcome {
 		bk.replays++
 		b.version++
 		if p := bk.paymentOf(e); p != nil {
-			return outcome{kind: outcomeReplayed, payment: p.view(now), replayed: true, version: b.version}
+			return outcome{kind: outcomeReplayed, payment: p.view(now), seq: p.Seq, replayed: true, version: b.version}
 		}
 		return outcome{kind: outcomeRejected, reason: e.RejectReason, replayed: true, version: b.version}
 	}
 
-	e := &keyEntry{Key: key, Request: req, FirstSeen: now}
+	e := &keyEntry{Key: key, Request: req, Params: params, FirstSeen: now}
 	if ttl := b.faults.KeyTTLMS; ttl > 0 {
 		e.ExpiresAt = now.Add(time.Duration(ttl) * time.Millisecond)
 	}
@@ -132,6 +139,7 @@ func (b *Bank) submit(key string, req bankclient.PaymentRequest) outcome {
 		CreatedAt:      now,
 		DueAt:          now.Add(time.Duration(b.faults.SettleDelayMS) * time.Millisecond),
 		Outcome:        bankclient.StatusSettled,
+		Params:         params,
 	}
 	if b.chance(b.faults.SettlementFailureRate) {
 		p.Outcome, p.FailureReason = bankclient.StatusFailed, reasonSettlementFailure
@@ -143,7 +151,7 @@ func (b *Bank) submit(key string, req bankclient.PaymentRequest) outcome {
 	}
 	bk.addPayment(p, e)
 	b.version++
-	return outcome{kind: outcomeCreated, payment: p.view(now), version: b.version}
+	return outcome{kind: outcomeCreated, payment: p.view(now), seq: seq, version: b.version}
 }
 
 // byKey returns the payment the bank remembers under key.
