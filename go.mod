@@ -16,6 +16,7 @@ require (
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
 	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/stripe/stripe-go/v82 v82.5.1
 	golang.org/x/term v0.44.0
 	golang.org/x/time v0.16.0
 	riverqueue.com/riverui v0.22.0

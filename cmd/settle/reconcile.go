@@ -144,7 +144,7 @@ type bankFlags struct {
 
 func (b *bankFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.name, "bank", "settle", "the bank connector: "+strings.Join(bankclient.Names(), ", ")+" (env SETTLE_BANK)")
-	fs.StringVar(&b.url, "bank-url", bankclient.DefaultURL, "base URL of the bank (env SETTLE_BANK_URL)")
+	fs.StringVar(&b.url, "bank-url", "", "base URL of the bank (env SETTLE_BANK_URL; default: the connector's own, "+connectorURLs()+")")
 	fs.DurationVar(&b.timeout, "bank-timeout", bankclient.DefaultTimeout, "timeout of one HTTP attempt to the bank")
 }
 
@@ -154,6 +154,9 @@ func (b *bankFlags) client(ctx context.Context) (bankclient.Bank, bankclient.Cap
 	conn, err := bankclient.Lookup(b.name)
 	if err != nil {
 		return nil, bankclient.Capabilities{}, err
+	}
+	if b.url == "" {
+		b.url = conn.URL()
 	}
 	opts := bankclient.OptionsFromEnv(os.Getenv)
 	opts.Timeout = b.timeout

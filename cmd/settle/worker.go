@@ -45,7 +45,8 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	var logFormat, logLevel, cpuProfile string
 	dbMaxConns := 20
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the HTTP API (port 0 picks a free port)")
-	fs.StringVar(&c.BankURL, "bank-url", c.BankURL, "base URL of the bank")
+	c.BankURL = "" // the connector's own unless given
+	fs.StringVar(&c.BankURL, "bank-url", "", "base URL of the bank (default: the connector's own, "+connectorURLs()+")")
 	fs.StringVar(&c.BankName, "bank", c.BankName, "the bank connector: "+strings.Join(bankclient.Names(), ", "))
 	fs.DurationVar(&c.ReturnWatch, "return-watch", 0, "how long after confirmation the bank is still asked whether a payment came back (default: the connector's; settle's is 168h)")
 	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")

@@ -53,7 +53,8 @@ type Config struct {
 	Listen string
 	// BankURL is the base URL of the bank; Bank holds its credentials and
 	// transport settings (bankclient.OptionsFromEnv), Timeout and Retry are
-	// set from BankTimeout and BankAttempts.
+	// set from BankTimeout and BankAttempts. Empty: the connector's own
+	// (bankclient.Connector.URL: https://api.stripe.com for stripe).
 	BankURL string
 	Bank    bankclient.Options
 	// BankName is the connector (--bank): which kind of bank BankURL is.
@@ -120,8 +121,8 @@ func DefaultConfig() Config {
 // Validate reports the first setting that could not work, naming its
 // flag. It does not look at Pool, which New requires.
 func (c Config) Validate() error {
-	if u, err := url.Parse(c.BankURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("invalid --bank-url %q: want http(s)://host[:port]", c.BankURL)
+	if u, err := url.Parse(c.bankURL()); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("invalid --bank-url %q: want http(s)://host[:port]", c.bankURL())
 	}
 	if _, err := bankclient.Lookup(c.BankName); err != nil {
 		return fmt.Errorf("invalid --bank: %w", err)
@@ -233,7 +234,7 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- w.srv.Serve(w.ln) }()
-	w.logger.Info("worker started", "listen", w.Addr(), "bank_url", w.cfg.BankURL, "replay_horizon", w.cfg.ReplayHorizon,
+	w.logger.Info("worker started", "listen", w.Addr(), "bank_url", w.cfg.bankURL(), "replay_horizon", w.cfg.ReplayHorizon,
 		"bank_key_ttl", w.cfg.BankKeyTTL, "max_inflight", w.cfg.MaxInflight, "api_token_set", w.cfg.APIToken != "")
 	if ready != nil {
 		ready(w.Addr())
@@ -268,6 +269,16 @@ func (w *Worker) Close() error {
 	return nil
 }
 
+// bankURL is BankURL, or the connector's own when it is empty.
+func (c Config) bankURL() string {
+	if c.BankURL == "" {
+		if conn, err := bankclient.Lookup(c.BankName); err == nil {
+			return conn.URL()
+		}
+	}
+	return c.BankURL
+}
+
 // riverConfig is the configuration of the worker's River client: every
 // settle job with its queues and periodic jobs, talking to the bank.
 func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
@@ -279,7 +290,7 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 	bopts.Logger = c.Logger.With("component", "bankclient")
 	bopts.Observe = m.ObserveBank
 	bopts.RatePerSecond = c.BankRate
-	bank, err := w.conn.New(c.BankURL, bopts)
+	bank, err := w.conn.New(c.bankURL(), bopts)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,414 @@
+package stripe
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	stripe "github.com/stripe/stripe-go/v82"
+	"github.com/stripe/stripe-go/v82/form"
+	"golang.org/x/time/rate"
+
+	"github.com/settle/settle/bankclient"
+)
+
+// Client is a bankclient.Bank that pays settlements out through Stripe. It
+// is safe for concurrent use.
+type Client struct {
+	sc      *stripe.Client
+	api     stripe.Backend
+	key     bankclient.Secret
+	account string
+	timeout time.Duration
+	retry   bankclient.RetryPolicy
+	logger  *slog.Logger
+	observe func(op, outcome string, d time.Duration)
+	limiter *rate.Limiter
+}
+
+var (
+	_ bankclient.Bank     = (*Client)(nil)
+	_ bankclient.IDLookup = (*Client)(nil)
+)
+
+// New returns a client of Stripe's API at baseURL (DefaultURL, or a
+// fakebank serving --profile stripe) with the secret key opts.Token and
+// the connected account opts.Account. stripe-go's own network retries are
+// off: the retries of opts.Retry are ours, under the same key.
+func New(baseURL string, opts bankclient.Options) (*Client, error) {
+	base, err := url.Parse(baseURL)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("error parsing Stripe URL: %w", err)
+	case base.Scheme != "http" && base.Scheme != "https":
+		return nil, fmt.Errorf("error parsing Stripe URL: scheme %q is not http or https", base.Scheme)
+	case base.Host == "":
+		return nil, errors.New("error parsing Stripe URL: no host")
+	case base.User != nil:
+		return nil, errors.New("error parsing Stripe URL: the secret key belongs in SETTLE_BANK_TOKEN, not in the URL")
+	case base.RawQuery != "" || base.Fragment != "":
+		return nil, errors.New("error parsing Stripe URL: it must not carry a query or fragment")
+	}
+	loopback := isLoopback(base.Hostname())
+	if base.Scheme != "https" && !loopback {
+		return nil, errors.New("error configuring Stripe: refusing to send the secret key over plain http to a non-loopback host")
+	}
+	if opts.Token == "" && !loopback {
+		return nil, fmt.Errorf("error configuring Stripe: no secret key (set %s)", bankclient.EnvToken)
+	}
+	for i := 0; i < len(opts.Token); i++ {
+		if b := opts.Token[i]; b <= ' ' || b >= 0x7f {
+			return nil, errors.New("error configuring Stripe: the secret key contains a space, control or non-ASCII byte")
+		}
+	}
+	if opts.RatePerSecond < 0 {
+		return nil, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
+	}
+	hc, err := httpClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	u := strings.TrimSuffix(base.String(), "/")
+	api := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+		HTTPClient: hc,
+		URL:        &u,
+		// Every retry is ours (DESIGN.md section 13): stripe-go would
+		// retry 409s and connection errors on its own, unclassified and
+		// unobserved.
+		MaxNetworkRetries: stripe.Int64(0),
+		// stripe-go logs to the standard streams; our logs are ours.
+		LeveledLogger:   &stripe.LeveledLogger{Level: stripe.LevelNull},
+		EnableTelemetry: stripe.Bool(false),
+	})
+	backends := &stripe.Backends{API: api, Connect: api, Uploads: api, MeterEvents: api}
+	c := &Client{
+		sc:      stripe.NewClient(string(opts.Token), stripe.WithBackends(backends)),
+		api:     api,
+		key:     opts.Token,
+		account: opts.Account,
+		timeout: opts.Timeout,
+		retry:   withDefaults(opts.Retry),
+		logger:  opts.Logger,
+		observe: opts.Observe,
+	}
+	if c.timeout <= 0 {
+		c.timeout = bankclient.DefaultTimeout
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.RatePerSecond > 0 {
+		c.limiter = rate.NewLimiter(rate.Limit(opts.RatePerSecond), 1)
+	}
+	return c, nil
+}
+
+// httpClient is opts.HTTPClient (copied) or a client of our own trusting
+// opts.CAFile; either way it never follows a redirect, which could resend a
+// payout elsewhere.
+func httpClient(opts bankclient.Options) (*http.Client, error) {
+	var hc http.Client
+	switch {
+	case opts.HTTPClient != nil && opts.CAFile != "":
+		return nil, errors.New("error configuring Stripe TLS: CAFile cannot be combined with HTTPClient")
+	case opts.HTTPClient != nil:
+		hc = *opts.HTTPClient
+	default:
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 32
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if opts.CAFile != "" {
+			pem, err := os.ReadFile(opts.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("error reading CA file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("error reading CA file %s: no PEM certificate in it", opts.CAFile)
+			}
+			tr.TLSClientConfig.RootCAs = pool
+		}
+		hc.Transport = tr
+	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &hc, nil
+}
+
+// withDefaults fills the zero fields of p from bankclient.DefaultRetryPolicy.
+func withDefaults(p bankclient.RetryPolicy) bankclient.RetryPolicy {
+	d := bankclient.DefaultRetryPolicy
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = d.MaxAttempts
+	}
+	if p.MaxElapsed <= 0 {
+		p.MaxElapsed = d.MaxElapsed
+	}
+	if p.InitialInterval <= 0 {
+		p.InitialInterval = d.InitialInterval
+	}
+	if p.MaxInterval <= 0 {
+		p.MaxInterval = max(d.MaxInterval, p.InitialInterval)
+	}
+	if p.RateLimitWait <= 0 {
+		p.RateLimitWait = d.RateLimitWait
+	}
+	if p.Multiplier < 1 {
+		p.Multiplier = d.Multiplier
+	}
+	if p.RandomizationFactor <= 0 || p.RandomizationFactor >= 1 {
+		p.RandomizationFactor = d.RandomizationFactor
+	}
+	return p
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// maxMetadataValue is the longest metadata value Stripe stores.
+const maxMetadataValue = 500
+
+// payoutParams is the payout of req: identical for identical requests, so
+// a retry or replay under the same key is the same request to Stripe.
+func (c *Client) payoutParams(req bankclient.PaymentRequest) *stripe.PayoutCreateParams {
+	p := &stripe.PayoutCreateParams{
+		Amount:      stripe.Int64(req.AmountCents),
+		Currency:    stripe.String(strings.ToLower(req.Currency)),
+		Destination: stripe.String(req.CreditorAccount),
+		Description: stripe.String("settle " + req.Reference),
+		Metadata:    map[string]string{"reference": req.Reference},
+	}
+	if req.SettlementID != "" && len(req.SettlementID) <= maxMetadataValue {
+		p.Metadata["settlement_id"] = req.SettlementID
+	}
+	if c.account != "" {
+		p.StripeAccount = stripe.String(c.account)
+	}
+	return p
+}
+
+// Send implements bankclient.Bank: POST /v1/payouts under the
+// Idempotency-Key key. Within Stripe's key window a repeat of the request
+// answers the original response, marked Idempotent-Replayed: its status is
+// as it was then.
+func (c *Client) Send(ctx context.Context, key string, req bankclient.PaymentRequest) (bankclient.SendResult, error) {
+	switch {
+	case key == "" || len(key) > Capabilities.KeyMaxLen:
+		return bankclient.SendResult{}, fmt.Errorf("error sending payout: idempotency key of %d characters", len(key))
+	case req.AmountCents <= 0:
+		return bankclient.SendResult{}, fmt.Errorf("error sending payout %s: amount %d is not positive", key, req.AmountCents)
+	}
+	res, err := call(ctx, c, bankclient.OpSend, key, func(actx context.Context) (bankclient.SendResult, answer) {
+		params := c.payoutParams(req)
+		params.IdempotencyKey = stripe.String(key)
+		po, err := c.sc.V1Payouts.Create(actx, params)
+		if err != nil {
+			return bankclient.SendResult{}, classify(err, true)
+		}
+		p, err := c.payment(po)
+		if err != nil {
+			return bankclient.SendResult{}, malformed(err)
+		}
+		replayed := po.LastResponse != nil && po.LastResponse.Header.Get("Idempotent-Replayed") == "true"
+		out := bankclient.OutcomeAccepted
+		if replayed {
+			out = bankclient.OutcomeReplayed
+		}
+		return bankclient.SendResult{Payment: p, Replayed: replayed}, answer{outcome: out}
+	})
+	if err != nil {
+		return bankclient.SendResult{}, fmt.Errorf("error sending payout %s: %w", key, err)
+	}
+	return res, nil
+}
+
+// StatusByKey implements bankclient.Bank: Stripe cannot be asked about a
+// payout by its idempotency key.
+func (c *Client) StatusByKey(context.Context, string) (bankclient.Payment, error) {
+	return bankclient.Payment{}, bankclient.ErrUnsupported
+}
+
+// StatusByID implements bankclient.IDLookup: GET /v1/payouts/{id}; a
+// payout Stripe does not hold matches bankclient.ErrPaymentNotFound.
+func (c *Client) StatusByID(ctx context.Context, id string) (bankclient.Payment, error) {
+	if id == "" {
+		return bankclient.Payment{}, errors.New("error getting payout: empty payout id")
+	}
+	p, err := call(ctx, c, bankclient.OpStatus, "", func(actx context.Context) (bankclient.Payment, answer) {
+		params := &stripe.PayoutRetrieveParams{}
+		if c.account != "" {
+			params.StripeAccount = stripe.String(c.account)
+		}
+		po, err := c.sc.V1Payouts.Retrieve(actx, id, params)
+		if err != nil {
+			return bankclient.Payment{}, classify(err, false)
+		}
+		p, err := c.payment(po)
+		if err != nil {
+			return bankclient.Payment{}, malformed(err)
+		}
+		if p.ID != id {
+			return bankclient.Payment{}, malformed(fmt.Errorf("asked for payout %s, got %s", id, p.ID))
+		}
+		return p, answer{outcome: bankclient.OutcomeAccepted}
+	})
+	if err != nil {
+		return bankclient.Payment{}, fmt.Errorf("error getting payout %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// MaxListLimit is the largest page GET /v1/payouts serves.
+const MaxListLimit = 100
+
+// Statement implements bankclient.Bank: one page of GET /v1/payouts,
+// newest first, after the payout id after (Stripe's starting_after); limit
+// is capped at MaxListLimit.
+func (c *Client) Statement(ctx context.Context, after string, limit int) (bankclient.StatementPage, error) {
+	if limit < 0 {
+		return bankclient.StatementPage{}, fmt.Errorf("error listing payouts: negative limit %d", limit)
+	}
+	if limit == 0 || limit > MaxListLimit {
+		limit = MaxListLimit
+	}
+	page, err := call(ctx, c, bankclient.OpStatement, "", func(actx context.Context) (bankclient.StatementPage, answer) {
+		params := &stripe.PayoutListParams{}
+		params.Context = actx
+		params.Limit = stripe.Int64(int64(limit))
+		if after != "" {
+			params.StartingAfter = stripe.String(after)
+		}
+		if c.account != "" {
+			params.StripeAccount = stripe.String(c.account)
+		}
+		// As stripe-go's own list does: the parameters form-encoded into
+		// the query (its Call cannot encode list parameters).
+		q := &form.Values{}
+		form.AppendTo(q, params)
+		list := &stripe.PayoutList{}
+		if err := c.api.CallRaw(http.MethodGet, "/v1/payouts", string(c.key), []byte(q.Encode()), params.GetParams(), list); err != nil {
+			return bankclient.StatementPage{}, classify(err, false)
+		}
+		if len(list.Data) > limit {
+			return bankclient.StatementPage{}, malformed(fmt.Errorf("asked for %d payouts, got %d", limit, len(list.Data)))
+		}
+		pg := bankclient.StatementPage{Payments: make([]bankclient.Payment, 0, len(list.Data))}
+		for _, po := range list.Data {
+			p, err := c.payment(po)
+			if err != nil {
+				return bankclient.StatementPage{}, malformed(err)
+			}
+			pg.Payments = append(pg.Payments, p)
+		}
+		if list.HasMore && len(pg.Payments) > 0 {
+			pg.Next = pg.Payments[len(pg.Payments)-1].ID
+		}
+		return pg, answer{outcome: bankclient.OutcomeAccepted}
+	})
+	if err != nil {
+		return bankclient.StatementPage{}, fmt.Errorf("error listing payouts: %w", err)
+	}
+	return page, nil
+}
+
+// answer is how one attempt ended: the outcome reported to
+// Options.Observe, the classified error, and whether another attempt
+// under the same key may help.
+type answer struct {
+	outcome string
+	err     error
+	retry   bool
+}
+
+// call runs attempt under the client's retry policy: an ambiguous answer
+// that may clear up is retried with jittered exponential backoff, the
+// identical request every time; a 429 with Retry-After is waited out
+// within Retry.RateLimitWait without counting against MaxAttempts;
+// anything definitive, and the parent context ending, stops at once.
+func call[T any](ctx context.Context, c *Client, op, key string, attempt func(context.Context) (T, answer)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("error before contacting Stripe: %w", err)
+	}
+	p := c.retry
+	start := time.Now()
+	interval := p.InitialInterval
+	rateLimitBudget := p.RateLimitWait
+	attempts, counted := 0, 0
+	for {
+		if c.limiter != nil {
+			if err := c.limiter.Wait(ctx); err != nil {
+				return zero, fmt.Errorf("error waiting for the bank rate limit: %w", err)
+			}
+		}
+		attempts++
+		counted++
+		actx, cancel := context.WithTimeout(ctx, c.timeout)
+		t0 := time.Now()
+		res, a := attempt(actx)
+		cancel()
+		if c.observe != nil {
+			c.observe(op, a.outcome, time.Since(t0))
+		}
+		if a.err == nil {
+			return res, nil
+		}
+		var ae *bankclient.AmbiguousError
+		if !errors.As(a.err, &ae) {
+			return zero, a.err
+		}
+		ae.Op, ae.Attempts = op, attempts
+		if ctx.Err() != nil {
+			ae.Err = fmt.Errorf("%w (%w)", ctx.Err(), ae.Err)
+			return zero, ae
+		}
+		var wait time.Duration
+		switch {
+		case ae.StatusCode == http.StatusTooManyRequests && ae.RetryAfter > 0:
+			if ae.RetryAfter > rateLimitBudget {
+				return zero, ae
+			}
+			rateLimitBudget -= ae.RetryAfter
+			counted--
+			wait = ae.RetryAfter
+		case !a.retry || counted >= p.MaxAttempts || ae.RetryAfter > p.MaxInterval:
+			return zero, ae
+		default:
+			wait = max(ae.RetryAfter, jitter(interval, p.RandomizationFactor))
+			interval = min(time.Duration(float64(interval)*p.Multiplier), p.MaxInterval)
+			if time.Since(start)+wait > p.MaxElapsed {
+				return zero, ae
+			}
+		}
+		c.logger.LogAttrs(ctx, slog.LevelInfo, "stripe answer ambiguous, retrying under the same key",
+			slog.String("op", op), slog.String("key", key), slog.Int("attempt", attempts),
+			slog.Int("status", ae.StatusCode), slog.Duration("wait", wait), slog.String("error", ae.Err.Error()))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			ae.Err = fmt.Errorf("%w (%w)", ctx.Err(), ae.Err)
+			return zero, ae
+		case <-t.C:
+		}
+	}
+}
+
+// jitter spreads d by ± factor.
+func jitter(d time.Duration, factor float64) time.Duration {
+	return time.Duration(float64(d) * (1 + factor*(2*rand.Float64()-1))) //nolint:gosec // G404: jitter, not a secret
+}
