@@ -1,0 +1,164 @@
+package reconcile
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/stripe"
+	"github.com/settle/settle/bankclient/stripe/stripetest"
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/statemachine"
+)
+
+// setupStripe is a Resolver paying through the Stripe connector at the
+// fakebank's stripe profile, every request and response checked against
+// Stripe's OpenAPI document, on a manual clock.
+func setupStripe(t *testing.T, faults bankclient.Faults) (*resolverBundle, *settletest.ManualClock) {
+	t.Helper()
+	b := setupResolverOpts(t, fakebank.Options{Seed: 11, Faults: faults, Profile: "stripe"})
+	client, err := stripe.New(b.url, bankclient.Options{
+		Token: "sk_test_reconcile", Timeout: 2 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1},
+		HTTPClient: &http.Client{Transport: stripetest.NewValidator(t)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := stripe.Capabilities
+	b.r.Bank, b.r.Capabilities = client, &caps
+	clock := settletest.NewManualClock(time.Now())
+	b.r.Now = clock.Now
+	return b, clock
+}
+
+// insertStripeSettlement is insertSettlement with a beneficiary Stripe
+// pays out to.
+func insertStripeSettlement(t *testing.T, b *resolverBundle, id string, amount int64) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash, next_check_at)
+			VALUES ($1, 'acc-1', 'ba_1StripeTest', $2, 'EUR', 'pending', $3, 'sha256:00', now() + interval '1 minute')`,
+			id, amount, bankclient.KeyFor(id)); err != nil {
+			return err
+		}
+		return statemachine.Created(ctx, tx, "test", time.Now(), id)
+	})
+	if err != nil {
+		t.Fatalf("insert settlement: %v", err)
+	}
+}
+
+// posts counts the payout requests sent for a settlement.
+func posts(t *testing.T, b *resolverBundle, id string) int {
+	t.Helper()
+	var n int
+	if err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM bank_attempts WHERE settlement_id = $1 AND op IN ('replay', 'send')`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestStripeLostAnswerReplayedThenPolledByID: the payout is created and
+// the answer lost; within Stripe's key window the identical request under
+// the same key replays the original response (status as it was then),
+// which gives the payout's id; the current status is then read by id.
+func TestStripeLostAnswerReplayedThenPolledByID(t *testing.T) {
+	t.Parallel()
+	b, clock := setupStripe(t, bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 1})
+	ctx := context.Background()
+	insertStripeSettlement(t, b, "stripe-lost-1", 4200)
+	if out, err := b.r.Send(ctx, "stripe-lost-1", nil); err != nil || out.State != settlement.Uncertain {
+		t.Fatalf("send with the answer lost: %+v, %v", out, err)
+	}
+	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	out, err := b.r.Resolve(ctx, "stripe-lost-1", nil)
+	if err != nil || out.State != settlement.Sent || readRow(t, b.db, "stripe-lost-1").paymentID == nil {
+		t.Fatalf("replay: %+v, %v; want sent with the payout id learned", out, err)
+	}
+	settletest.Wait(t, "confirmation by payout id", func() (bool, string) {
+		clock.Advance(time.Minute)
+		out, err = b.r.Resolve(ctx, "stripe-lost-1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.State == settlement.Confirmed, string(out.State)
+	})
+	if r := readRow(t, b.db, "stripe-lost-1"); r.movements != 1 || r.moveAmount != 4200 {
+		t.Errorf("movements %d of %d, want one of 4200", r.movements, r.moveAmount)
+	}
+	if st := b.bank.Stats(); st.Payments != 1 || st.MaxPaymentsPerReference != 1 || st.Replays != 1 {
+		t.Errorf("bank %+v, want one payout and one replay", st)
+	}
+}
+
+// TestStripeLostAnswerAfterTheKeyWindow: past the key window a replay
+// could pay twice, so none is sent: the payout list is searched for our
+// reference (metadata[reference]) and the settlement confirmed from it;
+// a payout that never reached Stripe is not in the list, and the
+// settlement is flagged, never resent.
+func TestStripeLostAnswerAfterTheKeyWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		faults bankclient.Faults
+		want   settlement.State
+		flag   string
+	}{
+		{"found in the list", bankclient.Faults{DropResponseRate: 1}, settlement.Confirmed, ""},
+		{"not in the list", bankclient.Faults{FailBeforeRate: 1}, settlement.Uncertain, ReasonNotInList},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, clock := setupStripe(t, tc.faults)
+			ctx := context.Background()
+			// Other payouts around it, so the search pages.
+			for _, id := range []string{"stripe-other-1", "stripe-other-2"} {
+				insertStripeSettlement(t, b, id, 100)
+			}
+			insertStripeSettlement(t, b, "stripe-late-1", 990)
+			if out, err := b.r.Send(ctx, "stripe-late-1", nil); err != nil || out.State != settlement.Uncertain {
+				t.Fatalf("send without an answer: %+v, %v", out, err)
+			}
+			if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"stripe-other-1", "stripe-other-2"} {
+				if out, err := b.r.Send(ctx, id, nil); err != nil || out.State != settlement.Confirmed {
+					t.Fatalf("send %s: %+v, %v", id, out, err)
+				}
+			}
+			clock.Advance(2 * time.Hour) // past KeyTTL (1 h)
+			out, err := b.r.Resolve(ctx, "stripe-late-1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := readRow(t, b.db, "stripe-late-1")
+			flag := ""
+			if r.flag != nil {
+				flag = *r.flag
+			}
+			if out.State != tc.want || flag != tc.flag {
+				t.Errorf("after the window: %s flagged %q, want %s flagged %q", out.State, flag, tc.want, tc.flag)
+			}
+			if tc.want == settlement.Confirmed && r.movements != 1 {
+				t.Errorf("%d movements, want 1", r.movements)
+			}
+			if n := posts(t, b, "stripe-late-1"); n != 1 {
+				t.Errorf("%d payout requests, want only the first", n)
+			}
+			if st := b.bank.Stats(); st.MaxPaymentsPerReference != 1 {
+				t.Errorf("bank %+v: a reference paid twice", st)
+			}
+		})
+	}
+}
