@@ -16,8 +16,6 @@
 package stripe
 
 import (
-	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -88,10 +86,9 @@ func init() { bankclient.Register(Connector) }
 // checkEvent refuses a beneficiary Stripe cannot pay out to: the
 // destination of a payout is an external account of the Stripe account, a
 // bank account ("ba_…") or a debit card ("card_…").
-func checkEvent(currency, beneficiary string) error {
-	if !slices.Contains(Currencies, currency) {
-		return &bankclient.FieldError{Field: "currency", Reason: fmt.Sprintf("is not paid out by the stripe connector (it pays %s)", strings.Join(Currencies, ", "))}
-	}
+// (The currency is checked against Capabilities.Currencies by
+// Connector.Check before.)
+func checkEvent(_, beneficiary string) error {
 	if !validDestination(beneficiary) {
 		return &bankclient.FieldError{Field: "beneficiary", Reason: `must be a Stripe external account id ("ba_…" or "card_…") for the stripe connector`}
 	}
