@@ -45,7 +45,7 @@ func describe(f bankclient.Faults) string {
 // BankTraffic counts what the bank answered, seen from the bank's side of
 // the wire.
 type BankTraffic struct {
-	// Payments counts POST /v1/payments requests.
+	// Payments counts POST /v1/payments (Stripe: /v1/payouts) requests.
 	Payments int64
 	// Created, Replayed and Rejected count the definitive answers.
 	Created, Replayed, Rejected int64
@@ -54,7 +54,8 @@ type BankTraffic struct {
 	Dropped int64
 	// RefusedBefore counts 5xx answers given before processing a payment.
 	RefusedBefore int64
-	// StatusCalls counts GET /v1/payments/by-key; StatusErrors its 5xx.
+	// StatusCalls counts status calls (GET /v1/payments/by-key/{key} and
+	// /v1/payments/{id}; Stripe: /v1/payouts/{id}); StatusErrors their 5xx.
 	StatusCalls, StatusErrors int64
 }
 
@@ -89,21 +90,24 @@ func (s *bankServer) count(h http.Handler) http.Handler {
 		rec := &recorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r)
 		switch {
-		case r.Method == http.MethodPost && r.URL.Path == "/v1/payments":
+		case r.Method == http.MethodPost && (r.URL.Path == "/v1/payments" || r.URL.Path == "/v1/payouts"):
+			// settle's protocol answers 201 created, 200 replayed, 422
+			// rejected; Stripe's 200 for both (a replay marked
+			// Idempotent-Replayed) and 400 rejected.
 			s.payments.Add(1)
 			switch {
 			case rec.hijacked || rec.status == http.StatusGatewayTimeout:
 				s.dropped.Add(1)
 			case rec.status >= 500:
 				s.refused.Add(1)
-			case rec.status == http.StatusCreated:
-				s.created.Add(1)
-			case rec.status == http.StatusOK:
+			case rec.status == http.StatusOK && rec.Header().Get(fakebank.HeaderReplayed) == "true":
 				s.replayed.Add(1)
-			case rec.status == http.StatusUnprocessableEntity:
+			case rec.status == http.StatusCreated || rec.status == http.StatusOK:
+				s.created.Add(1)
+			case rec.status == http.StatusUnprocessableEntity || rec.status == http.StatusBadRequest:
 				s.rejected.Add(1)
 			}
-		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payments/by-key/"):
+		case r.Method == http.MethodGet && (strings.HasPrefix(r.URL.Path, "/v1/payments/") || strings.HasPrefix(r.URL.Path, "/v1/payouts/")):
 			s.statusCalls.Add(1)
 			if rec.status >= 500 {
 				s.statusErrors.Add(1)

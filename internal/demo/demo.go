@@ -80,6 +80,8 @@ type Report struct {
 	StatementBank reconcile.BankCounts
 	BankStats     bankclient.Stats
 	Traffic       BankTraffic
+	// asked says how the connector's bank was asked about a lost answer.
+	asked string
 	// Uncertain counts the settlements that were ever uncertain;
 	// ResolvedConfirmed and ResolvedFailed how they ended.
 	Uncertain, ResolvedConfirmed, ResolvedFailed int64
@@ -166,8 +168,9 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		}
 	}()
 
-	stream := Generate(o.Events, o.Seed, time.Now())
-	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts}
+	stream := GenerateFor(o.Bank, o.Events, o.Seed, time.Now())
+	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts,
+		asked: askedHow(o.Bank)}
 	say("settle demo: %d payout events for %d settlements (%d redeliveries, %d conflicting), bank profile %q",
 		rep.Events, rep.Settlements, rep.Redeliveries, rep.Conflicts, o.Faults)
 	say("  database  %s", where)
@@ -395,8 +398,8 @@ func (r Report) print(w io.Writer) {
 	} else {
 		p("  - %d settlements got no definitive answer even after retrying and became uncertain. Each was resolved",
 			r.Uncertain)
-		p("    by asking the bank's status API by key, never by guessing: %d confirmed, %d failed.",
-			r.ResolvedConfirmed, r.ResolvedFailed)
+		p("    by asking the bank, never by guessing: %d confirmed, %d failed.", r.ResolvedConfirmed, r.ResolvedFailed)
+		p("    (Asked: %s.)", r.asked)
 	}
 	if r.Resent > 0 {
 		p("    %d settlements needed their instruction posted again by a later job, under the same key.", r.Resent)
@@ -470,6 +473,34 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// askedHow says in words the questions the connector's bank allows after
+// a lost answer (DESIGN.md section 13).
+func askedHow(bank string) string {
+	conn, err := bankclient.Lookup(bank)
+	if err != nil {
+		return "its status API"
+	}
+	c := conn.Capabilities
+	var qs []string
+	switch {
+	case c.LookupByKey:
+		qs = append(qs, "its status API by key")
+	case c.LookupByReference:
+		qs = append(qs, "its status API by reference")
+	default:
+		if c.Replay != "" {
+			qs = append(qs, "a replay under the same key while the bank keeps it")
+		}
+		if c.LookupByID {
+			qs = append(qs, "then by the bank's id")
+		}
+		if c.Search {
+			qs = append(qs, "or its list after the key window")
+		}
+	}
+	return strings.Join(qs, ", ")
 }
 
 // bankClient is a client of the demo's bank through its connector.

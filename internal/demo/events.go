@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/settle/settle/intake"
@@ -34,9 +35,25 @@ var (
 	currencies = []string{"EUR", "EUR", "EUR", "USD", "GBP"}
 )
 
+// accountIDs turn the demo's beneficiaries into what a connector can pay
+// to: Stripe pays out to an external account's id.
+var accountIDs = map[string]func(name string) string{
+	"stripe": func(name string) string { return "ba_demo_" + strings.ReplaceAll(name, " ", "_") },
+}
+
 // Generate returns n events: about 80% first deliveries, about 20%
 // redeliveries, and max(1, n/100) conflicts, drawn from seed.
 func Generate(n int, seed int64, now time.Time) Stream {
+	return GenerateFor("", n, seed, now)
+}
+
+// GenerateFor is Generate with beneficiaries the connector bank can pay
+// to (the same draws whatever the connector).
+func GenerateFor(bank string, n int, seed int64, now time.Time) Stream {
+	beneficiary := func(name string) string { return name }
+	if f := accountIDs[bank]; f != nil {
+		beneficiary = f
+	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5e771e))
 	conflicts := max(1, n/100)
 	unique := max(1, n*4/5)
@@ -52,7 +69,7 @@ func Generate(n int, seed int64, now time.Time) Stream {
 			AccountID:    fmt.Sprintf("acc-%d", 1+rng.IntN(5)),
 			AmountCents:  100 + rng.Int64N(250_000),
 			Currency:     currencies[rng.IntN(len(currencies))],
-			Beneficiary:  beneficiaries[rng.IntN(len(beneficiaries))],
+			Beneficiary:  beneficiary(beneficiaries[rng.IntN(len(beneficiaries))]),
 			OccurredAt:   now.Add(-time.Duration(rng.IntN(3600)) * time.Second).UTC().Truncate(time.Second),
 			EventID:      fmt.Sprintf("evt-%04d-1", i+1),
 		}
