@@ -18,12 +18,24 @@ import (
 // ledger against it (e.CheckBank, e.Payments).
 func CheckInvariants(t testing.TB, db reconcile.Querier, bankURL string, e reconcile.Expect) {
 	t.Helper()
-	ctx := context.Background()
+	var client bankclient.Bank
 	if bankURL != "" {
-		client, err := bankclient.New(bankURL, bankclient.Options{})
+		c, err := bankclient.New(bankURL, bankclient.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		client = c
+	}
+	CheckInvariantsAt(t, db, client, e)
+}
+
+// CheckInvariantsAt is CheckInvariants reading the statement through
+// client, a connector's Bank (nil: the ledger alone).
+func CheckInvariantsAt(t testing.TB, db reconcile.Querier, client bankclient.Bank, e reconcile.Expect) {
+	t.Helper()
+	ctx := context.Background()
+	if client != nil {
+		var err error
 		if e.Payments, err = bankclient.AllPayments(ctx, client); err != nil {
 			t.Fatalf("error reading the bank's statement: %v", err)
 		}

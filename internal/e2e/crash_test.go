@@ -20,15 +20,29 @@ import (
 // it at most once.
 func TestCrashPoints(t *testing.T) {
 	t.Parallel()
+	crashPoints(t, bankclient.SettleConnector.Name, "bene-1")
+}
+
+// TestCrashPointsStripe is TestCrashPoints through the Stripe connector
+// and the fakebank's stripe profile: a bank that looks payouts up only by
+// its own id and replays the original response.
+func TestCrashPointsStripe(t *testing.T) {
+	t.Parallel()
+	crashPoints(t, "stripe", "ba_1CrashTest")
+}
+
+// crashPoints runs the crash points against the bank of connector name,
+// paying beneficiary.
+func crashPoints(t *testing.T, name, beneficiary string) {
 	for _, point := range crash.Points {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t)
 			// The settle delay makes the confirmation happen in a
 			// reconcile_settlement job, after the send.
-			b := startBank(t, 1, bankclient.Faults{SettleDelayMS: 300})
-			flags := workerFlags(b.url)
-			ev := intake.Event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: "EUR", Beneficiary: "bene-1", EventID: "first"}
+			b := startBankAs(t, 1, bankclient.Faults{SettleDelayMS: 300}, name)
+			flags := append(workerFlags(b.url), "--bank", name)
+			ev := intake.Event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: "EUR", Beneficiary: beneficiary, EventID: "first"}
 
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)
 			code, err := post(w1.URL(), ev)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/bankclient"
+	_ "github.com/settle/settle/bankclient/stripe" // the stripe connector, for --bank stripe
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/bintest"
@@ -34,23 +35,36 @@ func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }
 // bank is an in-process fakebank whose HTTP requests are counted.
 type bank struct {
 	*fakebank.Bank
-	url                   string
+	url string
+	// conn is the connector speaking the bank's profile.
+	conn                  bankclient.Connector
 	posts, status, others atomic.Int64
 }
 
 func startBank(t *testing.T, seed int64, faults bankclient.Faults) *bank {
 	t.Helper()
-	fb, err := fakebank.New(fakebank.Options{Seed: seed, Faults: faults})
+	return startBankAs(t, seed, faults, bankclient.SettleConnector.Name)
+}
+
+// startBankAs is startBank serving the API of the connector called name
+// (the fakebank profile of the same name).
+func startBankAs(t *testing.T, seed int64, faults bankclient.Faults, name string) *bank {
+	t.Helper()
+	conn, err := bankclient.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bank{Bank: fb}
+	fb, err := fakebank.New(fakebank.Options{Seed: seed, Faults: faults, Profile: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bank{Bank: fb, conn: conn}
 	h := fb.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.Method == http.MethodPost && r.URL.Path == "/v1/payments":
+		case r.Method == http.MethodPost && (r.URL.Path == "/v1/payments" || r.URL.Path == "/v1/payouts"):
 			b.posts.Add(1)
-		case strings.HasPrefix(r.URL.Path, "/v1/payments/by-key/"):
+		case strings.HasPrefix(r.URL.Path, "/v1/payments/by-key/") || strings.HasPrefix(r.URL.Path, "/v1/payouts/"):
 			b.status.Add(1)
 		default:
 			b.others.Add(1)
@@ -176,7 +190,11 @@ func waitAllTerminal(t *testing.T, db *dbtest.DB, want int) {
 // settlement holding the amount of its first accepted payload.
 func checkInvariants(t *testing.T, db *dbtest.DB, b *bank, want map[string]int64) {
 	t.Helper()
-	checktest.CheckInvariants(t, db.Pool, b.url, reconcile.Expect{First: checktest.Amounts(want), Recovered: true})
+	client, err := b.conn.New(b.url, bankclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checktest.CheckInvariantsAt(t, db.Pool, client, reconcile.Expect{First: checktest.Amounts(want), Recovered: true})
 }
 
 // lockedURLs is a set of worker URLs that changes as workers restart.

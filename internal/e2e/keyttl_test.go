@@ -10,6 +10,7 @@ import (
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/reconcile"
 )
 
 // TestKeyTTLNeverResends: the bank's answer to the POST is lost, so the
@@ -81,4 +82,60 @@ func TestKeyTTLNeverResends(t *testing.T) {
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	settletest.Wait(t, what, func() (bool, string) { return cond(), "not yet" })
+}
+
+// TestKeyTTLStripeSearchesNeverResends is the key-TTL test through the
+// Stripe connector: the answer to the payout is lost and the first check
+// comes after --bank-key-ttl, when a replay could pay twice. Stripe cannot
+// be asked by key, so the engine searches the payout list, finds the
+// payout by its metadata reference, learns its id and follows it by id:
+// one POST, one payout. A payout that never reached the bank is not in the
+// list: flagged, never resent.
+func TestKeyTTLStripeSearchesNeverResends(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		faults bankclient.Faults
+		found  bool
+	}{
+		{"lost answer", bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500}, true},
+		{"never arrived", bankclient.Faults{FailBeforeRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t)
+			b := startBankAs(t, 3, tc.faults, "stripe")
+			flags := append(workerFlags(b.url), "--bank", "stripe", "--bank-attempts", "1",
+				"--bank-key-ttl", "1s", "--check-interval", "3s", "--max-check-interval", "3s")
+			w := startWorker(t, "w", db.URL, nil, flags...)
+			ev := intake.Event{SettlementID: "ttl-stripe-1", AccountID: "acc", AmountCents: 777, Currency: "EUR", Beneficiary: "ba_1TTL"}
+			if code, err := post(w.URL(), ev); err != nil || code != http.StatusCreated {
+				t.Fatalf("post = %d, %v", code, err)
+			}
+			ctx := context.Background()
+			var state, reason string
+			var paymentID *string
+			waitFor(t, "the first check after the key TTL", func() bool {
+				_ = db.Pool.QueryRow(ctx, `SELECT state, coalesce(investigation_reason, ''), bank_payment_id FROM settlements WHERE settlement_id = $1`,
+					ev.SettlementID).Scan(&state, &reason, &paymentID)
+				if tc.found {
+					return paymentID != nil
+				}
+				return reason != ""
+			})
+			if tc.found && state != "sent" {
+				t.Errorf("found in the list: state %s, want sent (the payout is in transit)", state)
+			}
+			if !tc.found && (state != "uncertain" || reason != reconcile.ReasonNotInList) {
+				t.Errorf("not in the list: state %s flagged %q, want uncertain flagged %s", state, reason, reconcile.ReasonNotInList)
+			}
+			var posts int
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM bank_attempts WHERE settlement_id = $1 AND op IN ('send', 'replay')`, ev.SettlementID).Scan(&posts); err != nil {
+				t.Fatal(err)
+			}
+			if st := b.Stats(); posts != 1 || st.MaxExecutionsPerKey > 1 || st.MaxPaymentsPerReference > 1 || b.posts.Load() != 1 {
+				t.Errorf("%d payout requests recorded, %d received, bank %+v: want one", posts, b.posts.Load(), st)
+			}
+		})
+	}
 }
