@@ -24,6 +24,19 @@ import (
 // otherwise, and the bank must have paid no settlement twice.
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
+	endToEnd(t, bankclient.SettleConnector.Name, "bene-%04d")
+}
+
+// TestEndToEndStripe is TestEndToEnd through the Stripe connector and the
+// fakebank's stripe profile (beneficiaries are Stripe bank account ids).
+func TestEndToEndStripe(t *testing.T) {
+	t.Parallel()
+	endToEnd(t, "stripe", "ba_e2e%04d")
+}
+
+// endToEnd runs the acceptance test against the bank of connector name,
+// beneficiary formatting each settlement's number.
+func endToEnd(t *testing.T, name, beneficiary string) {
 	if testing.Short() {
 		t.Skip("multi-process end-to-end test")
 	}
@@ -34,11 +47,11 @@ func TestEndToEnd(t *testing.T) {
 		batchSize = 25
 	)
 	db := dbtest.New(t)
-	b := startBank(t, 42, bankclient.Faults{
+	b := startBankAs(t, 42, bankclient.Faults{
 		FailBeforeRate: 0.10, DropResponseRate: 0.20, StatusErrorRate: 0.15,
 		LatencyMinMS: 0, LatencyMaxMS: 40, SettlementFailureRate: 0.03, SettleDelayMS: 200,
-	})
-	flags := workerFlags(b.url)
+	}, name)
+	flags := append(workerFlags(b.url), "--bank", name)
 	workers := make([]*workertest.Worker, 3)
 	urls := &lockedURLs{urls: make([]string, 3)}
 	for i := range workers {
@@ -57,7 +70,7 @@ func TestEndToEnd(t *testing.T) {
 			AccountID:    fmt.Sprintf("acc-%03d", i%37),
 			AmountCents:  int64(100 + rng.IntN(1_000_000)),
 			Currency:     []string{"EUR", "USD", "GBP"}[i%3],
-			Beneficiary:  fmt.Sprintf("bene-%04d", i),
+			Beneficiary:  fmt.Sprintf(beneficiary, i),
 			EventID:      fmt.Sprintf("evt-%04d-a", i),
 		}
 		want[ev.SettlementID] = ev.AmountCents
@@ -147,8 +160,8 @@ func TestEndToEnd(t *testing.T) {
 	var leader string
 	_ = db.Pool.QueryRow(ctx, `SELECT leader_id FROM river_leader`).Scan(&leader)
 	t.Logf("%d bank calls died unanswered with the killed worker; leader now %s", lost, leader)
-	t.Logf("bank: %d HTTP calls = %.2f per settlement (%d POST, %d status by key); engine recorded %d calls = %.2f per settlement (%d send, %d status); bank stats %+v",
-		httpCalls, float64(httpCalls)/n, b.posts.Load(), b.status.Load(), attempts, float64(attempts)/n, sends, statusChecks, st)
+	t.Logf("%s bank: %d HTTP calls = %.2f per settlement (%d POST, %d status); engine recorded %d calls = %.2f per settlement (%d send, %d status); bank stats %+v",
+		name, httpCalls, float64(httpCalls)/n, b.posts.Load(), b.status.Load(), attempts, float64(attempts)/n, sends, statusChecks, st)
 }
 
 // deliverBatch delivers evs to worker bi%3, and to the others in turn when
