@@ -68,6 +68,10 @@ type Capabilities struct {
 	// Currencies lists the currencies the bank serves (nil: any ISO 4217
 	// currency).
 	Currencies []string
+	// FailedAfterSettledIsReturn: the bank reports a payment that came
+	// back after it settled as failed, not returned (Stripe: a paid payout
+	// that fails later), so failed after confirmation is a return.
+	FailedAfterSettledIsReturn bool
 }
 
 // Reference returns the reference a settlement is sent to this bank under:

@@ -524,12 +524,16 @@ func DecideStatus(f Facts, p Policy, now time.Time, a Answer) Decision {
 		// The return watch: only the payment's word counts; anything else
 		// leaves the settlement confirmed, asked again later.
 		if a.Kind == AnswerPayment {
-			pay := a.Payment
+			got := a.Payment
+			if got.Status == bankclient.StatusFailed && p.Bank.FailedAfterSettledIsReturn {
+				got.Status = bankclient.StatusReturned
+			}
+			pay := got
 			if pay.Status == bankclient.StatusReturned {
 				pay.AmountCents = 0 // a return of another amount is judged below, not a stranger's payment
 			}
 			if !mismatch(f, pay) {
-				return afterConfirmation(f, a.Payment)
+				return afterConfirmation(f, got)
 			}
 		}
 		return Decision{To: settlement.Confirmed, Reason: "return watch: " + string(a.Kind)}

@@ -165,6 +165,16 @@ func TestAfterConfirmation(t *testing.T) {
 			t.Errorf("%s: %+v; want to %s, reversal %v, flag %q", tc.name, d, tc.to, tc.reversal, tc.flag)
 		}
 	}
+	// At a bank that reports a payment come back as failed (Stripe), a
+	// failure after confirmation is the return; before, a failure.
+	stripeLike := policy
+	stripeLike.Bank.FailedAfterSettledIsReturn = true
+	if d := DecideStatus(f, stripeLike, t0.Add(time.Hour), payment(bankclient.StatusFailed)); d.To != settlement.Returned || !d.WriteReversal || d.Flag != "" {
+		t.Errorf("failed after settled where that is a return: %+v, want returned with its reversal", d)
+	}
+	if d := DecideStatus(facts0(settlement.Sent, t0), stripeLike, t0.Add(time.Hour), payment(bankclient.StatusFailed)); d.To != settlement.Failed || d.WriteReversal {
+		t.Errorf("failed before it settled there: %+v, want failed", d)
+	}
 	for _, st := range []settlement.State{settlement.Sent, settlement.Uncertain, settlement.Pending} {
 		if d := DecideReturn(facts0(st, t0), policy, t0, 1000, "AC04"); d.To != settlement.Failed || d.WriteReversal {
 			t.Errorf("a return of a %s settlement: %+v, want failed, no movement", st, d)

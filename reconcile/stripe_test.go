@@ -162,3 +162,35 @@ func TestStripeLostAnswerAfterTheKeyWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestStripePaidThenFailedIsAReturn: a paid payout that fails later reads
+// failed at Stripe; the return watch books it as the return it is
+// (returned, one reversal), not a failure.
+func TestStripePaidThenFailedIsAReturn(t *testing.T) {
+	t.Parallel()
+	b, _ := setupStripe(t, bankclient.Faults{})
+	b.r.ReturnWatch = time.Hour
+	ctx := context.Background()
+	insertStripeSettlement(t, b, "stripe-ret-1", 2500)
+	out, err := b.r.Send(ctx, "stripe-ret-1", nil)
+	if err != nil || out.State != settlement.Confirmed {
+		t.Fatalf("send: %+v, %v; want confirmed at once (paid)", out, err)
+	}
+	payID := readRow(t, b.db, "stripe-ret-1").paymentID
+	if payID == nil {
+		t.Fatal("confirmed without the payout id")
+	}
+	if err := b.bank.Return(*payID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := b.r.Bank.(bankclient.IDLookup).StatusByID(ctx, *payID); err != nil || p.Status != bankclient.StatusFailed {
+		t.Fatalf("Stripe's word on the payout: %+v, %v; want failed", p, err)
+	}
+	out, err = b.r.Resolve(ctx, "stripe-ret-1", nil)
+	if err != nil || out.State != settlement.Returned || out.FlagReason != "" {
+		t.Fatalf("watch check after paid → failed: %+v, %v; want returned", out, err)
+	}
+	if got := bookedMovements(t, b, "stripe-ret-1"); got["payout"] != 1 || got["reversal"] != 1 {
+		t.Errorf("movements %v, want one payout and one reversal", got)
+	}
+}

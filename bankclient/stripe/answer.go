@@ -28,7 +28,9 @@ import (
 // A paid payout can still fail days later
 // (https://docs.stripe.com/payouts#payout-failures): Stripe then reports
 // failed, and the payout object does not say whether it had been paid. The
-// settlement does: one confirmed whose payout now reads failed came back.
+// settlement does: one confirmed whose payout now reads failed came back,
+// which Capabilities.FailedAfterSettledIsReturn tells the engine (it books
+// the return and its reversal).
 var statuses = map[stripe.PayoutStatus]bankclient.Status{
 	stripe.PayoutStatusPending:   bankclient.StatusProcessing,
 	stripe.PayoutStatusInTransit: bankclient.StatusProcessing,

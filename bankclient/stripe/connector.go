@@ -62,6 +62,9 @@ var Capabilities = bankclient.Capabilities{
 	// of up to 500 characters; 255 bytes keeps it comfortably inside.
 	RefMaxLen:  255,
 	Currencies: Currencies,
+	// A paid payout that fails later came back: Stripe reports it failed
+	// (https://docs.stripe.com/payouts#payout-failures).
+	FailedAfterSettledIsReturn: true,
 }
 
 // Connector is the Stripe connector, registered as "stripe".
