@@ -51,8 +51,10 @@ const Prefix = "/console/"
 const PageSize = 50
 
 // ResolveTimeout bounds one "resolve now": it asks the bank, with the
-// client's own per-request timeout and retries inside it.
-const ResolveTimeout = time.Minute
+// client's own per-request timeout and retries inside it. It stays below
+// the worker's HTTP write timeout (60 s), so the answer still reaches the
+// operator.
+const ResolveTimeout = 45 * time.Second
 
 // Config is what the console needs.
 type Config struct {

@@ -18,8 +18,13 @@ import (
 // view, and `settle reconcile` counts them exactly).
 const ExactCountLimit = 10_000
 
-// BankWindow is how far back Overview looks at the bank's answers.
-const BankWindow = 15 * time.Minute
+// BankWindow is how far back Overview looks at the bank's answers, and
+// BankSample the most calls it looks at: the last calls, read backwards on
+// the primary key, so the cost stays flat however busy the bank is.
+const (
+	BankWindow = 15 * time.Minute
+	BankSample = 10_000
+)
 
 // Overview is the operator console's first page: where the settlements
 // stand, what is stuck, and how the bank and the statements are doing. It is
@@ -73,10 +78,13 @@ type OldestOpen struct {
 	InStateSeconds float64 `json:"in_state_seconds"`
 }
 
-// BankHealth is what the bank answered in the last Window: every call of
-// bank_attempts that started in it.
+// BankHealth is what the bank answered in the last Window: the calls of
+// bank_attempts that started in it, at most the last BankSample of them.
 type BankHealth struct {
 	Window time.Duration `json:"window_ns"`
+	// Sampled is true when the window held more than BankSample calls and
+	// only the last BankSample were counted.
+	Sampled bool `json:"sampled"`
 	// Calls started in the window; Answered of them have an answer
 	// recorded; Errors of those got no definitive answer (timeout, reset,
 	// 5xx, 429) or a refusal of our credentials.
@@ -258,21 +266,29 @@ func boundedCount(ctx context.Context, tx pgx.Tx, from, whole string) (Count, er
 	return estimate(total), nil
 }
 
-// bankHealth reads the calls of the last BankWindow.
+// bankHealth reads the calls of the last BankWindow, at most the last
+// BankSample of them.
 func bankHealth(ctx context.Context, tx pgx.Tx, now time.Time) (BankHealth, error) {
 	h := BankHealth{Window: BankWindow}
 	since := now.Add(-BankWindow)
-	var p95 *float64
+	var (
+		p95    *float64
+		read   int64
+		oldest *time.Time
+	)
 	err := tx.QueryRow(ctx, `
-		SELECT count(*),
-		       count(*) FILTER (WHERE finished_at IS NOT NULL AND outcome <> 'not_sent'),
-		       count(*) FILTER (WHERE outcome IN ('ambiguous', 'unauthorized')),
+		SELECT count(*) FILTER (WHERE started_at >= $1),
+		       count(*) FILTER (WHERE started_at >= $1 AND finished_at IS NOT NULL AND outcome <> 'not_sent'),
+		       count(*) FILTER (WHERE started_at >= $1 AND outcome IN ('ambiguous', 'unauthorized')),
 		       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))
-		         FILTER (WHERE finished_at IS NOT NULL AND outcome <> 'not_sent')
-		FROM bank_attempts WHERE started_at >= $1`, since).Scan(&h.Calls, &h.Answered, &h.Errors, &p95)
+		         FILTER (WHERE started_at >= $1 AND finished_at IS NOT NULL AND outcome <> 'not_sent'),
+		       count(*), min(started_at)
+		FROM (SELECT started_at, finished_at, outcome FROM bank_attempts ORDER BY id DESC LIMIT $2) a`,
+		since, BankSample).Scan(&h.Calls, &h.Answered, &h.Errors, &p95, &read, &oldest)
 	if err != nil {
 		return BankHealth{}, fmt.Errorf("error reading the bank's recent answers: %w", err)
 	}
+	h.Sampled = read == BankSample && oldest != nil && !oldest.Before(since)
 	if h.Answered > 0 {
 		h.ErrorRate = float64(h.Errors) / float64(h.Answered)
 	}
@@ -283,8 +299,9 @@ func bankHealth(ctx context.Context, tx pgx.Tx, now time.Time) (BankHealth, erro
 		var at time.Time
 		err := tx.QueryRow(ctx, `
 			SELECT coalesce(detail, outcome || coalesce(', HTTP ' || http_status, '')), started_at
-			FROM bank_attempts WHERE started_at >= $1 AND outcome IN ('ambiguous', 'unauthorized')
-			ORDER BY started_at DESC, id DESC LIMIT 1`, since).Scan(&h.LastError, &at)
+			FROM (SELECT * FROM bank_attempts ORDER BY id DESC LIMIT $2) a
+			WHERE started_at >= $1 AND outcome IN ('ambiguous', 'unauthorized')
+			ORDER BY id DESC LIMIT 1`, since, BankSample).Scan(&h.LastError, &at)
 		if err != nil {
 			return BankHealth{}, fmt.Errorf("error reading the bank's last error: %w", err)
 		}

@@ -185,3 +185,24 @@ func TestUnmatchedLinesPageNewestFirst(t *testing.T) {
 		}
 	}
 }
+
+func TestOverviewBankSampleIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	b.seed(t, "s-1", 100, settlement.Sent, false)
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	if _, err := b.db.Pool.Exec(context.Background(), `
+		INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at, finished_at, outcome, http_status)
+		SELECT 's-1', 'status', 'k', $1::timestamptz - (i * interval '10 ms'), $1::timestamptz - (i * interval '10 ms') + interval '5 ms',
+		       CASE WHEN i % 4 = 0 THEN 'ambiguous' ELSE 'payment' END, 200
+		FROM generate_series($2::int + 4, 1, -1) i`, now, BankSample); err != nil {
+		t.Fatal(err)
+	}
+	ov, err := (&Inspector{DB: b.db.Pool, Now: func() time.Time { return now }}).Overview(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := ov.Bank; !h.Sampled || h.Calls != BankSample || h.Answered != BankSample || h.Errors != BankSample/4 || h.ErrorRate != 0.25 {
+		t.Errorf("bank = %+v", h)
+	}
+}

@@ -184,6 +184,14 @@ func listRows(ctx context.Context, tx pgx.Tx, f Filter, after Cursor, limit int,
 	}
 	q.WriteString(") o ORDER BY created_at, settlement_id" + limitSQL)
 
+	// A page is an index read in order, stopped at the limit. The planner
+	// cannot know how many rows the time-in-state filter (a subquery per
+	// row) lets through and may prefer to collect them all and sort;
+	// forbidding the sort in this read-only transaction keeps the ordered
+	// index scan, which every filter has.
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_sort = off"); err != nil {
+		return fmt.Errorf("error listing settlements: %w", err)
+	}
 	rows, err := tx.Query(ctx, q.String(), args...) //nolint:gosec // fixed fragments only; every value is a bound parameter
 	if err != nil {
 		return fmt.Errorf("error listing settlements: %w", err)

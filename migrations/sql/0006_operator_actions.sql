@@ -25,12 +25,11 @@ CREATE TRIGGER operator_actions_append_only BEFORE UPDATE OR DELETE ON operator_
 -- oldest first, so that a page deep in a million rows is as fast as the
 -- first: by state, by account, and the few flagged for investigation. A
 -- list over every state merges the per-state ranges of the first index.
+-- That index replaces settlements_state_idx (state, updated_at): it serves
+-- every lookup by state as well, nothing reads settlements in updated_at
+-- order, and each index is one more write on every intake and transition.
 CREATE INDEX settlements_state_created_idx ON settlements (state, created_at, settlement_id);
+DROP INDEX settlements_state_idx;
 CREATE INDEX settlements_account_created_idx ON settlements (account_id, created_at, settlement_id);
 CREATE INDEX settlements_flagged_created_idx ON settlements (created_at, settlement_id)
     WHERE needs_investigation;
-
--- The bank's recent error rate reads the last minutes of bank_attempts,
--- which grows in started_at order: a BRIN index finds them for almost no
--- upkeep.
-CREATE INDEX bank_attempts_started_brin ON bank_attempts USING brin (started_at);
