@@ -108,7 +108,7 @@ func staticHandler() http.Handler {
 
 // render writes page name with body, rendered into a buffer first so that
 // a template error is a clean 500, never half a page.
-func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, s session, body any) {
+func (c *Console) render(w http.ResponseWriter, _ *http.Request, status int, name string, s session, body any) {
 	p := page{
 		Session: s,
 		CSS:     Prefix + "static/console.css?v=" + c.cssHash,
@@ -133,7 +133,6 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
-	_ = r
 }
 
 // titled is a page body that names its title and its tab.
@@ -175,6 +174,9 @@ var funcs = template.FuncMap{
 	"isTrue":     func(p *bool) bool { return p != nil && *p },
 	"lower":      strings.ToLower,
 	"attempt":    attemptDuration,
+	// The bounds of the overview's figures, for its captions.
+	"exactLimit": func() int64 { return reconcile.ExactCountLimit },
+	"bankSample": func() int64 { return reconcile.BankSample },
 }
 
 // money formats minor units in their currency's exponent: 12345 EUR is

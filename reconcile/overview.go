@@ -23,7 +23,7 @@ const ExactCountLimit = 10_000
 // the primary key, so the cost stays flat however busy the bank is.
 const (
 	BankWindow = 15 * time.Minute
-	BankSample = 10_000
+	BankSample = 2_000
 )
 
 // Overview is the operator console's first page: where the settlements
