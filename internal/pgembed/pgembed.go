@@ -475,6 +475,18 @@ func (cr *credential) chown(path string) error {
 	return nil
 }
 
+// ServerCredential returns the credential the PostgreSQL binaries run under:
+// nil when they can run as the current user, the postgres user's when we are
+// root (PostgreSQL refuses root). Test support that runs other PostgreSQL
+// tools (internal/hatest) starts them with it.
+func ServerCredential() (*syscall.Credential, error) {
+	cred, err := serverCredential()
+	if cred == nil || err != nil {
+		return nil, err
+	}
+	return &syscall.Credential{Uid: cred.uid, Gid: cred.gid, NoSetGroups: true}, nil
+}
+
 // serverCredential returns nil when the server can run as the current user,
 // and the postgres user when we are root.
 func serverCredential() (*credential, error) {
