@@ -18,6 +18,7 @@ require (
 	github.com/riverqueue/river/rivertype v0.51.2
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stripe/stripe-go/v82 v82.5.1
+	golang.org/x/sys v0.48.0
 	golang.org/x/term v0.44.0
 	golang.org/x/time v0.16.0
 	riverqueue.com/riverui v0.22.0
@@ -52,7 +53,6 @@ require (
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	golang.org/x/crypto v0.52.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
