@@ -33,6 +33,9 @@ func StartT(t testing.TB, name, dbURL string, env []string, args ...string) *Wor
 		LogPath:     filepath.Join(t.TempDir(), name+".log"),
 		Env:         env,
 		Args:        args,
+		// A test binary killed by its timeout (or by hand) runs no
+		// cleanup: the kernel ends the worker instead.
+		DieWithParent: true,
 	})
 	if err != nil {
 		t.Fatal(err)
