@@ -340,6 +340,15 @@ RETURNING ` + settlementColumns
 
 // replaySQL bumps the replay bookkeeping of receipts redelivered with their
 // own hash and reads the stored settlements of the leads that were not new.
+//
+// The bump also makes a 200 durable under synchronous replication (DESIGN.md
+// section 17): a receipt is visible on the primary as soon as it commits
+// there, before its standby confirms it, so a redelivery can read a receipt
+// whose first commit still waits for the standby (or whose answer was lost
+// with a primary that then died). Because the replay writes, its own commit
+// waits for the standby to hold the WAL up to it, which includes the
+// receipt's commit: the 200 is answered only for a receipt the standby has.
+// A replay must not become read-only.
 const replaySQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS i(settlement_id, payload_hash, n)
