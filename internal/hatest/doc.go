@@ -5,6 +5,13 @@
 // on free loopback ports, in a temporary directory, as the unprivileged
 // postgres user when running as root.
 //
+// The formation keeps pg_auto_failover's number_sync_standbys at 0, the only
+// value it accepts with a single standby ("1" needs two): with the standby
+// in replication quorum that makes the primary's synchronous_standby_names
+// "ANY 1 (standby)", so a commit waits for the standby. The monitor checks
+// health more often than by default (see monitorSettings), so a failover
+// takes seconds rather than a minute.
+//
 // It can kill a node as a crashed machine dies (SIGKILL to its pg_autoctl and
 // every process of its PostgreSQL server), restart it so that it rejoins as a
 // standby, and wait, on the monitor's state (its pgautofailover schema,
