@@ -2,6 +2,7 @@ package hatest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sys/unix"
 )
 
@@ -141,6 +143,14 @@ func (n *Node) Kill() error {
 	return nil
 }
 
+// crashed reports whether the node's pg_autoctl exited although nothing
+// asked it to (Kill or Close).
+func (n *Node) crashed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proc != nil && !n.proc.alive() && !n.killed
+}
+
 // Running reports whether the node's pg_autoctl is running.
 func (n *Node) Running() bool {
 	n.mu.Lock()
@@ -163,13 +173,16 @@ func (n *Node) stop() error {
 		select {
 		case <-n.proc.done:
 		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-n.proc.pid, syscall.SIGKILL)
-			<-n.proc.done
 			err = fmt.Errorf("%s did not stop within 30s and was killed", n.Name)
 		}
 		if pm, ok := postmaster(n.PGData); ok {
 			err = errors.Join(err, waitGone(pm, 30*time.Second))
 		}
+		// Whatever of the group outlived its leader (a pg_autoctl
+		// subprocess still stopping the server): the group id stays
+		// reserved while a member lives, so this reaches only them.
+		_ = syscall.Kill(-n.proc.pid, syscall.SIGKILL)
+		<-n.proc.done
 	}
 	if n.killed {
 		removeSharedMemory(n.PGData)
@@ -205,15 +218,31 @@ func pidFile(pgdata string) []string {
 	return lines
 }
 
-// children returns the children of process pid (Linux).
+// children returns the children of process pid, read from every
+// /proc/PID/stat (Linux). /proc/PID/task/TID/children would be shorter but
+// may miss children while processes fork and exit around it.
 func children(pid int) []int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
 	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if c, err := strconv.Atoi(f); err == nil {
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		_, rest, ok := strings.Cut(string(b[bytes.LastIndexByte(b, ')')+1:]), " ")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) >= 2 && fields[1] == strconv.Itoa(pid) {
 			out = append(out, c)
 		}
 	}
@@ -272,16 +301,29 @@ func (n *Node) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", n.Port, db)
 }
 
-// PauseReplication stops (SIGSTOP) the WAL senders of n, a primary: n goes
-// on committing locally but sends its standby nothing more, so with
-// synchronous replication every commit waits, committed on n only and
-// visible there, for a confirmation that cannot come until resume (SIGCONT)
-// is called or n dies. What was not sent is lost with n, as when a network
-// drops it. Call resume in every case (it is harmless once n is dead).
-func (n *Node) PauseReplication() (resume func(), err error) {
-	pm, ok := postmaster(n.PGData)
-	if !ok {
-		return nil, fmt.Errorf("%s: PostgreSQL is not running", n.Name)
+// PauseReplication stops (SIGSTOP) the WAL senders of n, a primary (every
+// process pg_stat_replication lists): n goes on committing locally but sends
+// its standby nothing more, so with synchronous replication every commit
+// waits, committed on n only and visible there, for a confirmation that
+// cannot come until resume (SIGCONT) is called or n dies. What was not sent
+// is lost with n, as when a network drops it. Call resume in every case (it
+// is harmless once n is dead).
+func (n *Node) PauseReplication(ctx context.Context) (resume func(), err error) {
+	conn, err := pgx.Connect(ctx, n.URL("postgres"))
+	if err != nil {
+		return nil, fmt.Errorf("error connecting to %s: %w", n.Name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_replication")
+	if err != nil {
+		return nil, fmt.Errorf("error listing the WAL senders of %s: %w", n.Name, err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("error listing the WAL senders of %s: %w", n.Name, err)
+	}
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("%s has no WAL sender (is it a primary with a standby?)", n.Name)
 	}
 	var stopped []int
 	resume = func() {
@@ -289,19 +331,12 @@ func (n *Node) PauseReplication() (resume func(), err error) {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}
-	for _, pid := range children(pm) {
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil || !strings.Contains(string(cmdline), "walsender") {
-			continue
-		}
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	for _, pid := range pids {
+		if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
 			resume()
-			return nil, fmt.Errorf("error stopping a WAL sender of %s: %w", n.Name, err)
+			return nil, fmt.Errorf("error stopping WAL sender %d of %s: %w", pid, n.Name, err)
 		}
-		stopped = append(stopped, pid)
-	}
-	if len(stopped) == 0 {
-		return nil, fmt.Errorf("%s has no WAL sender (is it a primary with a standby?)", n.Name)
+		stopped = append(stopped, int(pid))
 	}
 	return resume, nil
 }

@@ -125,6 +125,11 @@ func (f *Formation) Wait(ctx context.Context, what string, cond func(State) bool
 		} else {
 			lastErr = err
 		}
+		for _, n := range append([]*Node{f.Monitor}, f.Nodes...) {
+			if n.crashed() {
+				return nil, fmt.Errorf("error waiting for %s: the pg_autoctl of %s exited; see %s (last state: %v)", what, n.Name, n.LogPath(), last)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			if lastErr != nil {
