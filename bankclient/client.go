@@ -63,7 +63,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 	c := &Client{
 		base:    base,
 		timeout: opts.Timeout,
-		retry:   opts.Retry.withDefaults(),
+		retry:   opts.Retry.WithDefaults(),
 		maxBody: opts.MaxResponseSize,
 		logger:  opts.Logger,
 		observe: opts.Observe,

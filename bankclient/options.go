@@ -134,8 +134,8 @@ var DefaultRetryPolicy = RetryPolicy{
 	RandomizationFactor: 0.5,
 }
 
-// withDefaults fills the zero fields of p from DefaultRetryPolicy.
-func (p RetryPolicy) withDefaults() RetryPolicy {
+// WithDefaults fills the zero fields of p from DefaultRetryPolicy.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
 	d := DefaultRetryPolicy
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = d.MaxAttempts

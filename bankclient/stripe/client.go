@@ -97,7 +97,7 @@ func New(baseURL string, opts bankclient.Options) (*Client, error) {
 		key:     opts.Token,
 		account: opts.Account,
 		timeout: opts.Timeout,
-		retry:   withDefaults(opts.Retry),
+		retry:   opts.Retry.WithDefaults(),
 		logger:  opts.Logger,
 		observe: opts.Observe,
 	}
@@ -142,33 +142,6 @@ func httpClient(opts bankclient.Options) (*http.Client, error) {
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &hc, nil
-}
-
-// withDefaults fills the zero fields of p from bankclient.DefaultRetryPolicy.
-func withDefaults(p bankclient.RetryPolicy) bankclient.RetryPolicy {
-	d := bankclient.DefaultRetryPolicy
-	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = d.MaxAttempts
-	}
-	if p.MaxElapsed <= 0 {
-		p.MaxElapsed = d.MaxElapsed
-	}
-	if p.InitialInterval <= 0 {
-		p.InitialInterval = d.InitialInterval
-	}
-	if p.MaxInterval <= 0 {
-		p.MaxInterval = max(d.MaxInterval, p.InitialInterval)
-	}
-	if p.RateLimitWait <= 0 {
-		p.RateLimitWait = d.RateLimitWait
-	}
-	if p.Multiplier < 1 {
-		p.Multiplier = d.Multiplier
-	}
-	if p.RandomizationFactor <= 0 || p.RandomizationFactor >= 1 {
-		p.RandomizationFactor = d.RandomizationFactor
-	}
-	return p
 }
 
 func isLoopback(host string) bool {
