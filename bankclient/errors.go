@@ -135,9 +135,10 @@ func IsUnauthorized(err error) bool { return errors.Is(err, ErrUnauthorized) }
 // maxReasonLen bounds the bank-supplied text kept in a RejectedError.
 const maxReasonLen = 256
 
-// sanitize keeps bank-supplied text printable and short, so that it is safe
-// to put in logs and error strings.
-func sanitize(s string) string {
+// Sanitize keeps bank-supplied text printable and short (256 bytes), so
+// that it is safe to put in logs and error strings. Connectors use it on
+// whatever text their bank sends.
+func Sanitize(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
 			return -1

@@ -95,7 +95,7 @@ func checkDuplicateKeys(body []byte) error {
 		if top.expect {
 			k, _ := tok.(string)
 			if _, dup := top.keys[k]; dup {
-				return fmt.Errorf("%w: %w %q", ErrMalformedResponse, errDuplicateKey, sanitize(k))
+				return fmt.Errorf("%w: %w %q", ErrMalformedResponse, errDuplicateKey, Sanitize(k))
 			}
 			top.keys[k] = struct{}{}
 			top.expect = false
@@ -111,10 +111,10 @@ func validatePayment(p Payment) error {
 		return fmt.Errorf("%w: payment without id", ErrMalformedResponse)
 	}
 	if !p.Status.Valid() {
-		return fmt.Errorf("%w: payment %q with unknown status %q", ErrMalformedResponse, sanitize(p.ID), sanitize(string(p.Status)))
+		return fmt.Errorf("%w: payment %q with unknown status %q", ErrMalformedResponse, Sanitize(p.ID), Sanitize(string(p.Status)))
 	}
 	if p.AmountCents < 0 {
-		return fmt.Errorf("%w: payment %q with negative amount", ErrMalformedResponse, sanitize(p.ID))
+		return fmt.Errorf("%w: payment %q with negative amount", ErrMalformedResponse, Sanitize(p.ID))
 	}
 	return nil
 }
@@ -149,19 +149,19 @@ func parseStatement(body []byte) (StatementPage, error) {
 // checked. Every error wraps ErrMalformedResponse.
 func checkEcho(p Payment, key string, req *PaymentRequest) error {
 	if key != "" && p.IdempotencyKey != "" && p.IdempotencyKey != key {
-		return fmt.Errorf("%w: payment %q carries another idempotency key", ErrMalformedResponse, sanitize(p.ID))
+		return fmt.Errorf("%w: payment %q carries another idempotency key", ErrMalformedResponse, Sanitize(p.ID))
 	}
 	if req == nil {
 		return nil
 	}
 	if p.Reference != "" && p.Reference != req.Reference {
-		return fmt.Errorf("%w: payment %q carries another reference", ErrMalformedResponse, sanitize(p.ID))
+		return fmt.Errorf("%w: payment %q carries another reference", ErrMalformedResponse, Sanitize(p.ID))
 	}
 	if p.AmountCents != 0 && p.AmountCents != req.AmountCents {
-		return fmt.Errorf("%w: payment %q carries another amount", ErrMalformedResponse, sanitize(p.ID))
+		return fmt.Errorf("%w: payment %q carries another amount", ErrMalformedResponse, Sanitize(p.ID))
 	}
 	if p.Currency != "" && p.Currency != req.Currency {
-		return fmt.Errorf("%w: payment %q carries another currency", ErrMalformedResponse, sanitize(p.ID))
+		return fmt.Errorf("%w: payment %q carries another currency", ErrMalformedResponse, Sanitize(p.ID))
 	}
 	return nil
 }
@@ -190,11 +190,11 @@ func classifySend(a answer, key string, req PaymentRequest) (SendResult, string,
 		if eb.Error == ErrorCodeKeyReuse {
 			return SendResult{}, OutcomeKeyReuse, ErrKeyReuse
 		}
-		return SendResult{}, OutcomeRejected, &RejectedError{StatusCode: a.status, Code: sanitize(eb.Error), Reason: sanitize(eb.Reason)}
+		return SendResult{}, OutcomeRejected, &RejectedError{StatusCode: a.status, Code: Sanitize(eb.Error), Reason: Sanitize(eb.Reason)}
 
 	case http.StatusBadRequest:
 		eb, _ := parseErrorBody(a)
-		return SendResult{}, OutcomeRejected, &RejectedError{StatusCode: a.status, Code: sanitize(eb.Error), Reason: sanitize(eb.Reason)}
+		return SendResult{}, OutcomeRejected, &RejectedError{StatusCode: a.status, Code: Sanitize(eb.Error), Reason: Sanitize(eb.Reason)}
 	}
 	outcome, err := classifyOther(a)
 	return SendResult{}, outcome, err
@@ -284,7 +284,7 @@ func ambiguousStatus(a answer, code string, retry bool) *AmbiguousError {
 	return &AmbiguousError{
 		StatusCode: a.status,
 		RetryAfter: retryAfterOf(a.header),
-		Err:        &StatusError{StatusCode: a.status, Code: sanitize(code)},
+		Err:        &StatusError{StatusCode: a.status, Code: Sanitize(code)},
 		retry:      retry,
 	}
 }

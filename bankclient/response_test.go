@@ -149,8 +149,8 @@ func TestSanitize(t *testing.T) {
 		{strings.Repeat("é", 200), strings.Repeat("é", 128) + "…"},
 	}
 	for _, tt := range tests {
-		if got := sanitize(tt.in); got != tt.want {
-			t.Errorf("sanitize(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := Sanitize(tt.in); got != tt.want {
+			t.Errorf("Sanitize(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	stripe "github.com/stripe/stripe-go/v82"
 
@@ -47,7 +45,7 @@ func (c *Client) payment(po *stripe.Payout) (bankclient.Payment, error) {
 	}
 	st, ok := statuses[po.Status]
 	if !ok {
-		return bankclient.Payment{}, fmt.Errorf("payout %s has unknown status %q", po.ID, sanitize(string(po.Status)))
+		return bankclient.Payment{}, fmt.Errorf("payout %s has unknown status %q", po.ID, bankclient.Sanitize(string(po.Status)))
 	}
 	if po.Amount <= 0 {
 		return bankclient.Payment{}, fmt.Errorf("payout %s has amount %d", po.ID, po.Amount)
@@ -66,7 +64,7 @@ func (c *Client) payment(po *stripe.Payout) (bankclient.Payment, error) {
 		p.CreditorAccount = po.Destination.ID
 	}
 	if st == bankclient.StatusFailed {
-		p.FailureReason = sanitize(strings.TrimPrefix(string(po.FailureCode)+": "+po.FailureMessage, ": "))
+		p.FailureReason = bankclient.Sanitize(strings.TrimPrefix(string(po.FailureCode)+": "+po.FailureMessage, ": "))
 		if p.FailureReason == "" {
 			p.FailureReason = string(po.Status)
 		}
@@ -108,7 +106,7 @@ func classify(err error, send bool) answer {
 	}
 	status := se.HTTPStatusCode
 	code := string(se.Code)
-	amb := &bankclient.AmbiguousError{StatusCode: status, Err: &bankclient.StatusError{StatusCode: status, Code: sanitize(string(se.Type) + "/" + code)}}
+	amb := &bankclient.AmbiguousError{StatusCode: status, Err: &bankclient.StatusError{StatusCode: status, Code: bankclient.Sanitize(string(se.Type) + "/" + code)}}
 	switch {
 	case status == http.StatusTooManyRequests:
 		if se.LastResponse != nil {
@@ -121,7 +119,7 @@ func classify(err error, send bool) answer {
 		return answer{outcome: bankclient.OutcomeKeyReuse, err: bankclient.ErrKeyReuse}
 	case send && (se.Type == stripe.ErrorTypeInvalidRequest || se.Type == stripe.ErrorTypeCard) &&
 		(status == http.StatusBadRequest || status == http.StatusPaymentRequired):
-		return answer{outcome: bankclient.OutcomeRejected, err: &bankclient.RejectedError{StatusCode: status, Code: sanitize(code), Reason: sanitize(se.Msg)}}
+		return answer{outcome: bankclient.OutcomeRejected, err: &bankclient.RejectedError{StatusCode: status, Code: bankclient.Sanitize(code), Reason: bankclient.Sanitize(se.Msg)}}
 	case !send && status == http.StatusNotFound:
 		return answer{outcome: bankclient.OutcomeNotFound, err: bankclient.ErrPaymentNotFound}
 	case status >= 500 || status == http.StatusConflict || se.Type == stripe.ErrorTypeAPI:
@@ -129,26 +127,4 @@ func classify(err error, send bool) answer {
 	default:
 		return answer{outcome: bankclient.OutcomeAmbiguous, err: amb}
 	}
-}
-
-// maxReasonLen bounds the text from Stripe kept in an error.
-const maxReasonLen = 256
-
-// sanitize keeps text from Stripe printable and short, so that it is safe
-// in logs and error strings.
-func sanitize(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
-			return -1
-		}
-		return r
-	}, s)
-	if len(s) > maxReasonLen {
-		s = s[:maxReasonLen]
-		for !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-		s += "…"
-	}
-	return s
 }

@@ -62,7 +62,7 @@ func VerifyWebhook(h http.Header, body []byte, secret string, now time.Time) (ba
 	}
 	po := ev.Data.Object
 	if !strings.HasPrefix(ev.Type, "payout.") || po.Object != "payout" || po.ID == "" {
-		return bankclient.Hint{}, fmt.Errorf("%w: event %q is not about a payout", bankclient.ErrWebhookMalformed, sanitize(ev.Type))
+		return bankclient.Hint{}, fmt.Errorf("%w: event %q is not about a payout", bankclient.ErrWebhookMalformed, bankclient.Sanitize(ev.Type))
 	}
 	return bankclient.Hint{PaymentID: po.ID, Reference: po.Metadata["reference"]}, nil
 }
