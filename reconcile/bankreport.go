@@ -546,7 +546,13 @@ func classCounts(ctx context.Context, tx pgx.Tx, counts *BankCounts) error {
 	for _, cl := range BreakClasses {
 		counts.ByClass[cl] = 0
 	}
-	rows, err := tx.Query(ctx, classifySQL+" SELECT class, count(*) FROM c GROUP BY class")
+	return countClasses(ctx, tx, classifySQL, counts)
+}
+
+// countClasses adds to counts.ByClass the rows of classification sql
+// (a WITH ending in the relation c, with a class column) per class.
+func countClasses(ctx context.Context, tx pgx.Tx, sql string, counts *BankCounts, args ...any) error {
+	rows, err := tx.Query(ctx, sql+" SELECT class, count(*) FROM c GROUP BY class", args...)
 	if err != nil {
 		return fmt.Errorf("error classifying: %w", err)
 	}

@@ -193,21 +193,11 @@ func stmtClassCounts(ctx context.Context, tx pgx.Tx, counts *BankCounts) error {
 	for _, cl := range StatementBreakClasses {
 		counts.ByClass[cl] = 0
 	}
-	rows, err := tx.Query(ctx, stmtClassifySQL+" SELECT class, count(*) FROM c GROUP BY class", counts.LastImportAt)
-	if err != nil {
-		return fmt.Errorf("error classifying: %w", err)
-	}
-	var cl string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&cl, &n}, func() error {
-		counts.ByClass[Class(cl)] = n
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("error classifying: %w", err)
+	if err := countClasses(ctx, tx, stmtClassifySQL, counts, counts.LastImportAt); err != nil {
+		return err
 	}
 	var unmatched, unbalanced int64
-	err = tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM (`+unmatchedSQL+`) u),
+	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM (`+unmatchedSQL+`) u),
 		(SELECT count(*) FROM bank_statements WHERE balanced = false)`).Scan(&unmatched, &unbalanced)
 	if err != nil {
 		return fmt.Errorf("error counting unmatched entries: %w", err)

@@ -396,3 +396,25 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%d kB", n/1e3)
 	}
 }
+
+// connect opens dbURL, or the embedded default when it is empty, and checks
+// that the database answers within 10 s. When openDB fails it has said so
+// on s.Err, and connect returns nil, nil.
+func connect(ctx context.Context, s Stdio, dbURL string, o database.PoolOptions) (*pgxpool.Pool, error) {
+	var pool *pgxpool.Pool
+	if dbURL != "" {
+		var err error
+		if pool, err = database.Connect(ctx, dbURL, o); err != nil {
+			return nil, err
+		}
+	} else if pool, _ = openDB(ctx, s, o); pool == nil {
+		return nil, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database unreachable: %w", err)
+	}
+	return pool, nil
+}

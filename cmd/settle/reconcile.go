@@ -110,23 +110,9 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos []string, code int, done bo
 // open connects to the database and checks that it answers, so that an
 // unreachable database is one clear line, not a failed query.
 func (c *reconcileCmd) open(ctx context.Context, form string) *pgxpool.Pool {
-	o := database.PoolOptions{MaxConns: 4, ApplicationName: "settle reconcile"}
-	var pool *pgxpool.Pool
-	if c.dbURL != "" {
-		var err error
-		if pool, err = database.Connect(ctx, c.dbURL, o); err != nil {
-			c.fail(form, err)
-			return nil
-		}
-	} else if pool, _ = openDB(ctx, c.s, o); pool == nil {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		c.fail(form, fmt.Errorf("database unreachable: %w", err))
-		return nil
+	pool, err := connect(ctx, c.s, c.dbURL, database.PoolOptions{MaxConns: 4, ApplicationName: "settle reconcile"})
+	if err != nil {
+		c.fail(form, err)
 	}
 	return pool
 }

@@ -127,23 +127,9 @@ func (c *importCmd) importOne(ctx context.Context, im *reconcile.StatementImport
 
 // open connects to the database and checks that it answers.
 func (c *importCmd) open(ctx context.Context) *pgxpool.Pool {
-	o := database.PoolOptions{MaxConns: 2, ApplicationName: "settle statement import"}
-	var pool *pgxpool.Pool
-	if c.dbURL != "" {
-		var err error
-		if pool, err = database.Connect(ctx, c.dbURL, o); err != nil {
-			fmt.Fprintf(c.s.Err, "settle statement import: %s\n", oneLine(err))
-			return nil
-		}
-	} else if pool, _ = openDB(ctx, c.s, o); pool == nil {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		fmt.Fprintf(c.s.Err, "settle statement import: database unreachable: %s\n", oneLine(err))
-		return nil
+	pool, err := connect(ctx, c.s, c.dbURL, database.PoolOptions{MaxConns: 2, ApplicationName: "settle statement import"})
+	if err != nil {
+		fmt.Fprintf(c.s.Err, "settle statement import: %s\n", oneLine(err))
 	}
 	return pool
 }
