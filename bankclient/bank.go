@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"time"
 )
 
 // Bank is how the engine reaches the bank. The HTTP [Client] implements it;
@@ -114,3 +115,57 @@ func AllPayments(ctx context.Context, b Bank) ([]Payment, error) {
 	}
 	return out, nil
 }
+
+// ConsentStatus is where a bank's consent to one payment stands.
+type ConsentStatus string
+
+// The consent statuses, mapped by the connector from the bank's own codes.
+const (
+	// ConsentAwaiting: created, waiting for the customer to authorise it;
+	// the payment must not be sent yet.
+	ConsentAwaiting ConsentStatus = "awaiting_authorisation"
+	// ConsentAuthorised: the payment may be sent under it.
+	ConsentAuthorised ConsentStatus = "authorised"
+	// ConsentConsumed: a payment was made under it.
+	ConsentConsumed ConsentStatus = "consumed"
+	// ConsentRejected: refused by the customer or the bank (or it expired
+	// at the bank); no payment can be made under it.
+	ConsentRejected ConsentStatus = "rejected"
+	// ConsentUnknown: a code the connector does not know; not definitive.
+	ConsentUnknown ConsentStatus = "unknown"
+)
+
+// Consent is a bank's consent to one payment.
+type Consent struct {
+	// ID is the bank's consent id (Open Banking's ConsentId).
+	ID string
+	// Status is the mapped status; BankStatus the bank's own code.
+	Status     ConsentStatus
+	BankStatus string
+	// ExpiresAt is when the bank says the consent must be authorised by
+	// (zero: it does not say).
+	ExpiresAt time.Time
+	// Replayed is true when the bank answered a consent request it had
+	// already seen under the same key with the current consent.
+	Replayed bool
+}
+
+// Consenter is implemented by a Bank whose payments need a consent first
+// (Capabilities.Consent). Errors are classified like Send's: a definitive
+// refusal matches IsRejected, an answer that is not definitive
+// IsAmbiguous.
+type Consenter interface {
+	// CreateConsent asks for the consent to req under key (ConsentKeyFor);
+	// the same key and body again answers with the consent it created.
+	CreateConsent(ctx context.Context, key string, req PaymentRequest) (Consent, error)
+	// ConsentByID reads a consent by the bank's id; one the bank does not
+	// hold matches ErrPaymentNotFound.
+	ConsentByID(ctx context.Context, id string) (Consent, error)
+}
+
+// The operations of the consent step, recorded in bank_attempts and
+// reported to Options.Observe.
+const (
+	OpConsent       = "consent"
+	OpConsentStatus = "consent_status"
+)

@@ -72,6 +72,19 @@ type Capabilities struct {
 	// back after it settled as failed, not returned (Stripe: a paid payout
 	// that fails later), so failed after confirmation is a return.
 	FailedAfterSettledIsReturn bool
+	// Consent: every payment needs the bank's consent, created under its
+	// own idempotency key (ConsentKeyFor) and authorised by the customer,
+	// before it can be sent (UK Open Banking). The Bank then implements
+	// Consenter, and PaymentRequest.ConsentID carries the authorised
+	// consent.
+	Consent bool
+	// ReturnsOnStatementsOnly: the status API never reports a return; only
+	// an imported statement does (UK Open Banking). The return watch then
+	// asks nothing of the bank.
+	ReturnsOnStatementsOnly bool
+	// NoList: the bank offers no list of payments (Statement answers
+	// ErrUnsupported): `settle reconcile bank` needs imported statements.
+	NoList bool
 }
 
 // Reference returns the reference a settlement is sent to this bank under:

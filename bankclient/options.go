@@ -13,6 +13,13 @@ const (
 	// EnvStripeAccount names the Stripe connected account payouts are
 	// made for (the Stripe-Account header); empty: the platform's own.
 	EnvStripeAccount = "SETTLE_STRIPE_ACCOUNT"
+	// EnvSigningKeyFile is a PEM private key the client signs requests
+	// with (Open Banking's x-jws-signature).
+	EnvSigningKeyFile = "SETTLE_BANK_SIGNING_KEY_FILE"
+	// EnvCertFile and EnvKeyFile are the PEM client certificate and key
+	// for mutual TLS with the bank.
+	EnvCertFile = "SETTLE_BANK_CERT_FILE"
+	EnvKeyFile  = "SETTLE_BANK_KEY_FILE"
 )
 
 // DefaultURL is the bank settle talks to when told nothing else: the
@@ -82,17 +89,30 @@ type Options struct {
 	// bank has such a notion (Stripe's connected account, sent as
 	// Stripe-Account); empty: the credential's own.
 	Account string
+	// SigningKeyFile is a PEM private key requests are signed with, for
+	// banks that require signed requests (Open Banking's x-jws-signature);
+	// a connector that signs refuses to start without it.
+	SigningKeyFile string
+	// CertFile and KeyFile are the PEM client certificate and its key
+	// presented for mutual TLS; both or neither.
+	CertFile string
+	KeyFile  string
 }
 
-// OptionsFromEnv returns Options holding the credential, CA file and
-// account from the environment (SETTLE_BANK_TOKEN, SETTLE_BANK_CA_FILE,
-// SETTLE_STRIPE_ACCOUNT), read through getenv (pass os.Getenv). Everything
+// OptionsFromEnv returns Options holding the credential, CA file, account,
+// signing key and client certificate from the environment
+// (SETTLE_BANK_TOKEN, SETTLE_BANK_CA_FILE, SETTLE_STRIPE_ACCOUNT,
+// SETTLE_BANK_SIGNING_KEY_FILE, SETTLE_BANK_CERT_FILE,
+// SETTLE_BANK_KEY_FILE), read through getenv (pass os.Getenv). Everything
 // else is left at its zero value.
 func OptionsFromEnv(getenv func(string) string) Options {
 	return Options{
-		Token:   Secret(getenv(EnvToken)),
-		CAFile:  getenv(EnvCAFile),
-		Account: getenv(EnvStripeAccount),
+		Token:          Secret(getenv(EnvToken)),
+		CAFile:         getenv(EnvCAFile),
+		Account:        getenv(EnvStripeAccount),
+		SigningKeyFile: getenv(EnvSigningKeyFile),
+		CertFile:       getenv(EnvCertFile),
+		KeyFile:        getenv(EnvKeyFile),
 	}
 }
 

@@ -49,6 +49,11 @@ type PaymentRequest struct {
 	// carry it beside the reference (Stripe's metadata[settlement_id]).
 	// It is not part of settle's own protocol.
 	SettlementID string `json:"-"`
+	// ConsentID is the bank's id of the authorised consent the payment is
+	// made under, for banks that need one (Capabilities.Consent); empty
+	// otherwise. It is stored with the settlement, so a replay carries the
+	// same one. It is not part of settle's own protocol.
+	ConsentID string `json:"-"`
 }
 
 // Payment is a payment as the bank reports it.
@@ -130,4 +135,12 @@ var keyNamespace = uuid.MustParse("6f1c1d9e-5c1a-4f43-9a43-6b8f0e7d2a51")
 // every restart.
 func KeyFor(settlementID string) string {
 	return uuid.NewSHA1(keyNamespace, []byte("settlement:"+settlementID)).String()
+}
+
+// ConsentKeyFor returns the idempotency key of a settlement's consent, for
+// banks that need one before the payment (Capabilities.Consent): like
+// KeyFor, stable and derived from the settlement id alone, and never equal
+// to its payment key.
+func ConsentKeyFor(settlementID string) string {
+	return uuid.NewSHA1(keyNamespace, []byte("consent:"+settlementID)).String()
 }
