@@ -66,6 +66,8 @@ type Answer struct {
 	// Question is what was asked (AskByKey for a status check by key, the
 	// zero value for a send).
 	Question Question
+	// Consent is set when Kind is AnswerConsent.
+	Consent bankclient.Consent
 }
 
 // RateLimited reports whether the bank asked us to slow down: nothing was
@@ -137,6 +139,10 @@ type Policy struct {
 	// ReturnWatch is how long after confirmation the bank is still asked
 	// whether the payment came back (--return-watch); 0 never asks.
 	ReturnWatch time.Duration
+	// ConsentWait is how long a consent may await the customer's
+	// authorisation before the settlement is flagged (banks with
+	// Capabilities.Consent); 0 waits for ever.
+	ConsentWait time.Duration
 }
 
 // watchDelay is when a confirmed settlement is next asked whether its
@@ -200,6 +206,14 @@ type Facts struct {
 	// Watched is true for a confirmed settlement still inside its return
 	// watch: the bank is still asked whether the payment came back.
 	Watched bool
+	// ConsentID is the bank's id of the settlement's consent, once any
+	// answer named it (banks with Capabilities.Consent); ConsentStatus its
+	// last known status; ConsentRequestedAt when it was first asked for;
+	// ConsentExpiresAt when the bank said it expires (zero: unknown).
+	ConsentID          string
+	ConsentStatus      bankclient.ConsentStatus
+	ConsentRequestedAt time.Time
+	ConsentExpiresAt   time.Time
 }
 
 // reference is the reference the settlement travels under (its id for a
@@ -360,6 +374,9 @@ type Decision struct {
 	WriteReversal bool
 	// Source names what reported a return ("status" when empty).
 	Source string
+	// Pay is true when the settlement's consent is authorised: claim and
+	// POST the payment now (the consent step).
+	Pay bool
 	// Resend is true when the bank never saw the key and it is still young:
 	// move back to pending (if not there) and POST again under the same key.
 	Resend bool

@@ -77,6 +77,10 @@ type Resolver struct {
 	// uncertain settlement; each further check waits twice as long, up to
 	// MaxCheckInterval. Defaults DefaultCheckInterval, DefaultMaxCheckInterval.
 	CheckInterval, MaxCheckInterval time.Duration
+	// ConsentWait is how long a consent may await the customer's
+	// authorisation before the settlement is flagged (Policy.ConsentWait).
+	// Default DefaultConsentWait; negative waits for ever.
+	ConsentWait time.Duration
 	// Lease is how long a job owns a settlement it is working on, or is
 	// scheduled to check, before the sweep assumes the job is lost: stored
 	// next_check_at is the time of the next check plus Lease. It must exceed
@@ -137,6 +141,12 @@ func (r *Resolver) policy() Policy {
 		p.Bank = *r.Capabilities
 	}
 	p.ReturnWatch = r.ReturnWatch
+	switch {
+	case r.ConsentWait > 0:
+		p.ConsentWait = r.ConsentWait
+	case r.ConsentWait == 0:
+		p.ConsentWait = DefaultConsentWait
+	}
 	p.RequestBound = r.RequestBound
 	if p.RequestBound == 0 {
 		p.RequestBound = DefaultRequestBound
@@ -218,6 +228,9 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 		reason    *string
 		entered   *time.Time
 		confirmed *time.Time
+
+		consentStatus                    string
+		consentRequested, consentExpires *time.Time
 	)
 	err := r.DB.QueryRow(ctx, `
 		SELECT s.state, s.account_id, s.beneficiary, s.amount_cents, s.currency, s.bank_key,
@@ -226,10 +239,13 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 		       (SELECT max(t.at) FROM settlement_transitions t
 		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'uncertain'),
 		       (SELECT max(t.at) FROM settlement_transitions t
-		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'confirmed')
+		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'confirmed'),
+		       coalesce(s.bank_consent_id, ''), coalesce(s.consent_status, ''),
+		       s.consent_requested_at, s.consent_expires_at
 		FROM settlements s WHERE s.settlement_id = $1`, id).
 		Scan(&state, &f.AccountID, &f.Beneficiary, &f.AmountCents, &f.Currency, &f.BankKey,
-			&f.BankReference, &f.BankPaymentID, &first, &f.CheckAttempts, &reason, &entered, &confirmed)
+			&f.BankReference, &f.BankPaymentID, &first, &f.CheckAttempts, &reason, &entered, &confirmed,
+			&f.ConsentID, &consentStatus, &consentRequested, &consentExpires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, settlement.ErrNotFound)
 	}
@@ -238,6 +254,13 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 	}
 	f.SettlementID = id
 	f.State = settlement.State(state)
+	f.ConsentStatus = bankclient.ConsentStatus(consentStatus)
+	if consentRequested != nil {
+		f.ConsentRequestedAt = *consentRequested
+	}
+	if consentExpires != nil {
+		f.ConsentExpiresAt = *consentExpires
+	}
 	if first != nil {
 		f.FirstAttemptAt = *first
 	}
@@ -265,8 +288,22 @@ type attempt struct {
 }
 
 // send claims the POST (committing first_attempt_at before anything can
-// reach the bank), POSTs, and applies the answer.
+// reach the bank), POSTs, and applies the answer. At a bank that needs a
+// consent first, the consent step comes before the claim, and the payment
+// is claimed only once the consent is authorised.
 func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, error) {
+	if f.consentPending(r.policy()) {
+		out, pay, err := r.consent(ctx, f, hook)
+		if err != nil || !pay {
+			return out, err
+		}
+		if f, err = r.load(ctx, f.SettlementID); err != nil {
+			return Outcome{}, err
+		}
+		if f.State != settlement.Pending || !f.FirstAttemptAt.IsZero() || f.ConsentStatus != bankclient.ConsentAuthorised {
+			return Outcome{SettlementID: f.SettlementID, Action: ActionNone, State: f.State, Done: true, LostRace: true}, nil
+		}
+	}
 	now := r.now()
 	att := attempt{op: bankclient.OpSend}
 	var first time.Time
@@ -336,6 +373,7 @@ func (f facts) request() bankclient.PaymentRequest {
 		CreditorAccount: f.Beneficiary,
 		Reference:       f.reference(),
 		SettlementID:    f.SettlementID,
+		ConsentID:       f.ConsentID,
 	}
 }
 
@@ -484,14 +522,14 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		d.NextCheckAt = r.policy().watchDelay(fc, now)
 	}
 	out := Outcome{SettlementID: f.SettlementID, State: d.To, FlagReason: flagReason, Decision: d, NextCheckAt: d.NextCheckAt}
-	out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend)
+	out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend && !d.Pay)
 	var nextCheck *time.Time
 	if !d.NextCheckAt.IsZero() && (!d.To.Terminal() || d.To == settlement.Confirmed) {
 		t := d.NextCheckAt.Add(r.lease())
 		nextCheck = &t
 	}
-	if d.Resend {
-		// The resend that follows sets its own; until then the sweep may
+	if d.Resend || d.Pay {
+		// The (re)send that follows sets its own; until then the sweep may
 		// take over after a lease.
 		t := now.Add(r.lease())
 		nextCheck = &t
@@ -504,6 +542,7 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	if att.answer.Kind == AnswerPayment {
 		paymentID, bankStatus = &att.answer.Payment.ID, (*string)(&att.answer.Payment.Status)
 	}
+	consentID, consentStatus, consentRequested, consentExpires := consentColumns(att, now)
 
 	tx, err := r.DB.Begin(ctx)
 	if err != nil {
@@ -546,11 +585,16 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		    next_check_at = $5,
 		    needs_investigation = $6,
 		    investigation_reason = $7,
-		    check_attempts = check_attempts + $8,
-		    updated_at = $9
+		    check_attempts = CASE WHEN $14 THEN 0 ELSE check_attempts + $8 END,
+		    updated_at = $9,
+		    bank_consent_id = COALESCE(bank_consent_id, $10),
+		    consent_status = COALESCE($11, consent_status),
+		    consent_requested_at = COALESCE(consent_requested_at, $12),
+		    consent_expires_at = COALESCE($13, consent_expires_at)
 		WHERE settlement_id = $1 AND state = $2`,
 		f.SettlementID, string(d.To), paymentID, bankStatus, nextCheck,
-		flagReason != "", nullable(flagReason), checks, now)
+		flagReason != "", nullable(flagReason), checks, now,
+		consentID, consentStatus, consentRequested, consentExpires, d.Pay)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
 	}

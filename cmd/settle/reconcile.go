@@ -587,6 +587,12 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 		fmt.Fprintf(c.s.Err, "settle reconcile bank: unexpected arguments %q\n", fs.Args())
 		return exitError
 	}
+	if conn, err := bankclient.Lookup(bf.name); err != nil {
+		return c.fail(" bank", err)
+	} else if conn.Capabilities.NoList && !*statements {
+		fmt.Fprintf(c.s.Err, "settle reconcile bank: the %s bank offers no list of payments to reconcile against; import its statements (settle statement import) and run settle reconcile bank --statements\n", conn.Name)
+		return exitError
+	}
 	pool := c.open(ctx, " bank")
 	if pool == nil {
 		return exitError

@@ -48,6 +48,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	c.BankURL = "" // the connector's own unless given
 	fs.StringVar(&c.BankURL, "bank-url", "", "base URL of the bank (default: the connector's own, "+connectorURLs()+")")
 	fs.StringVar(&c.BankName, "bank", c.BankName, "the bank connector: "+strings.Join(bankclient.Names(), ", "))
+	fs.DurationVar(&c.ConsentWait, "consent-wait", c.ConsentWait, "how long a payment's consent may await the customer's authorisation before the settlement is flagged consent_expired (banks that need consents: obie)")
 	fs.DurationVar(&c.ReturnWatch, "return-watch", 0, "how long after confirmation the bank is still asked whether a payment came back (default: the connector's; settle's is 168h)")
 	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")

@@ -26,6 +26,19 @@ const (
 // Points lists every crash point a worker reaches.
 var Points = []string{IntakeBeforeCommit, IntakeAfterCommit, SendBeforeBank, SendAfterBank, SendAfterCommit, ConfirmBeforeCommit, ConfirmAfterCommit}
 
+// The crash points of the consent step (DESIGN.md section 13), reached only
+// at a bank whose payments need a consent first (--bank obie): just before
+// and just after the consent request leaves, and just after its answer
+// commits. They are not in Points, which every worker reaches.
+const (
+	ConsentBeforeBank  = "consent.before_bank"
+	ConsentAfterBank   = "consent.after_bank"
+	ConsentAfterCommit = "consent.after_commit"
+)
+
+// ConsentPoints lists the crash points of the consent step.
+var ConsentPoints = []string{ConsentBeforeBank, ConsentAfterBank, ConsentAfterCommit}
+
 // The crash points of `settle statement import`: after a file's statements
 // and entries are written and matched, just before and just after its
 // transaction commits. No worker reaches them, so they are not in Points.

@@ -65,6 +65,10 @@ type Config struct {
 	// whether a payment came back (--return-watch); 0 takes the
 	// connector's default.
 	ReturnWatch time.Duration
+	// ConsentWait is how long a payment's consent may await the customer's
+	// authorisation before the settlement is flagged (--consent-wait; banks
+	// whose payments need a consent, such as obie).
+	ConsentWait time.Duration
 	// WebhookSecret verifies the bank's webhooks
 	// (SETTLE_BANK_WEBHOOK_SECRET); empty refuses them all.
 	WebhookSecret string
@@ -103,6 +107,7 @@ func DefaultConfig() Config {
 		BankName:          bankclient.SettleConnector.Name,
 		ReplayHorizon:     intake.DefaultReplayHorizon,
 		BankKeyTTL:        reconcile.DefaultKeyTTL,
+		ConsentWait:       reconcile.DefaultConsentWait,
 		PendingGrace:      intake.DefaultPendingGrace,
 		MaxInflight:       intake.DefaultMaxInflight,
 		ShutdownTimeout:   15 * time.Second,
@@ -132,6 +137,8 @@ func (c Config) Validate() error {
 		return errors.New("--bank-rate must not be negative")
 	case c.ReturnWatch < 0:
 		return errors.New("--return-watch must not be negative")
+	case c.ConsentWait < 0:
+		return errors.New("--consent-wait must not be negative")
 	case c.ReplayHorizon <= 0:
 		return errors.New("--replay-horizon must be positive")
 	case c.BankKeyTTL <= 0:
@@ -306,12 +313,21 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 			keyTTL = bound
 		}
 	}
+	returnWatch := cmp.Or(c.ReturnWatch, w.conn.DefaultReturnWatch)
+	if caps.ReturnsOnStatementsOnly && returnWatch > 0 {
+		// Its status API never reports a return: asking would only spend
+		// the bank's fair usage. Statements bring them (settle statement import).
+		c.Logger.Warn("--return-watch ignored: this bank reports returns only on statements",
+			"bank", w.conn.Name, "return_watch", returnWatch)
+		returnWatch = 0
+	}
 	lease := c.Lease
 	if lease == 0 {
 		lease = c.JobTimeout + 30*time.Second
 	}
 	w.resolver = &reconcile.Resolver{
-		ReturnWatch:      cmp.Or(c.ReturnWatch, w.conn.DefaultReturnWatch),
+		ReturnWatch:      returnWatch,
+		ConsentWait:      c.ConsentWait,
 		RequestBound:     c.JobTimeout + time.Duration(c.BankAttempts)*c.BankTimeout,
 		DB:               c.Pool,
 		Bank:             bank,
