@@ -76,7 +76,9 @@ type Expect struct {
 //   - at most one payment per settlement at the bank, under its stable
 //     key, for the first payload's amount, currency and accounts;
 //   - a confirmed settlement has a settled payment at the bank, which its
-//     movement names; a failed one has none; after recovery a settled
+//     movement names when any answer gave its id (one confirmed from a
+//     statement line after a lost answer knows no id); a failed one has
+//     none; after recovery a settled
 //     payment belongs to a confirmed settlement or a flagged one;
 //   - no POST (a send or a replay) was claimed once KeyTTL had passed since
 //     the first attempt;
@@ -263,7 +265,7 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 					bad("%s: confirmed but the bank holds no settled payment for it (%d payment(s))", s.id, len(pays))
 				}
 				for _, m := range ms {
-					if m.kind == "payout" && !hasPayment(pays, m.paymentID, bankclient.StatusSettled) {
+					if m.kind == "payout" && m.paymentID != "" && !hasPayment(pays, m.paymentID, bankclient.StatusSettled) {
 						bad("%s: movement names bank payment %q, which is not a settled payment of it", s.id, m.paymentID)
 					}
 				}

@@ -78,9 +78,11 @@ type StatementImporter struct {
 	Progress func(entries int64)
 	// Log receives one event per file. Default: discard.
 	Log *slog.Logger
-	// Returns, when set, books the returns the file reports (its matched
-	// lines bringing a payout back) through Resolver.ApplyReturn once the
-	// import committed: the return flow of DESIGN.md section 15. A file
+	// Returns, when set, books what the file reports once the import
+	// committed: the payments of settlements whose outcome settle did not
+	// know (its matched debit lines) through Resolver.ApplyPaid, then the
+	// returns (its matched lines bringing a payout back) through
+	// Resolver.ApplyReturn: the return flow of DESIGN.md section 15. A file
 	// imported again books them again, which changes nothing already
 	// booked, so a crash between the import and its returns is repaired by
 	// importing the file once more.
@@ -223,6 +225,9 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadS
 		crash.Point(crash.StatementAfterCommit)
 	}
 	if im.Returns != nil {
+		if err := im.bookPayments(ctx, digest); err != nil {
+			return res, err
+		}
 		if err := im.bookReturns(ctx, digest); err != nil {
 			return res, err
 		}
@@ -231,6 +236,44 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadS
 		"statements", res.Statements, "entries", res.Entries, "matched", res.Matched, "unmatched", res.Unmatched,
 		"returns", res.Returns, "unbalanced", res.Unbalanced)
 	return res, nil
+}
+
+// bookPayments hands every matched line of the file with digest that pays
+// a settlement whose outcome settle does not know (sent, uncertain, or
+// pending after an attempt) to Resolver.ApplyPaid: the statement is the
+// bank's word that it executed the payment.
+func (im *StatementImporter) bookPayments(ctx context.Context, digest string) error {
+	rows, err := im.DB.Query(ctx, `SELECT e.settlement_id, e.amount_minor, coalesce(e.entry_ref, '')
+		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
+		JOIN bank_statement_files f ON f.id = st.file_id
+		JOIN settlements s ON s.settlement_id = e.settlement_id
+		WHERE f.digest = $1 AND e.direction = 'debit' AND NOT e.reversal
+		  AND (s.state IN ('sent', 'uncertain') OR (s.state = 'pending' AND s.first_attempt_at IS NOT NULL))
+		ORDER BY st.seq, e.position, e.tx_index`, digest)
+	if err != nil {
+		return fmt.Errorf("error reading the payments of the statement: %w", err)
+	}
+	type paid struct {
+		id, entry string
+		amount    int64
+	}
+	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (paid, error) {
+		var p paid
+		return p, row.Scan(&p.id, &p.amount, &p.entry)
+	})
+	if err != nil {
+		return fmt.Errorf("error reading the payments of the statement: %w", err)
+	}
+	for _, p := range lines {
+		out, err := im.Returns.ApplyPaid(ctx, p.id, "statement", p.amount, p.entry)
+		if err != nil {
+			return fmt.Errorf("error booking the payment of settlement %s: %w", p.id, err)
+		}
+		if out.State != out.From || out.FlagReason != "" {
+			im.log().Info("statement: payment resolved", "settlement_id", p.id, "from", out.From, "to", out.State, "needs_investigation", out.FlagReason)
+		}
+	}
+	return nil
 }
 
 // bookReturns hands every matched line of the file with digest that brings
