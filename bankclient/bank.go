@@ -37,6 +37,26 @@ type ReferenceLookup interface {
 	StatusByReference(ctx context.Context, reference string) (Payment, error)
 }
 
+// Searcher is implemented by a Bank whose list can be read from a point in
+// time (Stripe's created[gte]): a search for a payment whose first attempt
+// is known then reads only what was created since, not the whole history.
+type Searcher interface {
+	// StatementSince is Statement restricted to the payments created at
+	// or after since.
+	StatementSince(ctx context.Context, since time.Time, after string, limit int) (StatementPage, error)
+}
+
+// PaymentsSince is Payments restricted to the payments created at or after
+// since, where the bank can (Searcher); elsewhere, or with a zero since,
+// every payment.
+func PaymentsSince(ctx context.Context, b Bank, since time.Time, limit int) iter.Seq2[Payment, error] {
+	s, ok := b.(Searcher)
+	if !ok || since.IsZero() {
+		return Payments(ctx, b, limit)
+	}
+	return pages(func(after string) (StatementPage, error) { return s.StatementSince(ctx, since, after, limit) })
+}
+
 // SendResult is the bank's acceptance of a payment.
 type SendResult struct {
 	// Payment is the payment as the bank reports it.
@@ -79,10 +99,16 @@ var errCursorLoop = errors.New("statement cursor did not advance")
 // payments a page. Iteration stops at the first error, which is yielded with
 // a zero Payment.
 func Payments(ctx context.Context, b Bank, limit int) iter.Seq2[Payment, error] {
+	return pages(func(after string) (StatementPage, error) { return b.Statement(ctx, after, limit) })
+}
+
+// pages iterates over the payments of the pages read, starting after the
+// empty cursor, until a page has no next cursor.
+func pages(read func(after string) (StatementPage, error)) iter.Seq2[Payment, error] {
 	return func(yield func(Payment, error) bool) {
 		after := ""
 		for {
-			page, err := b.Statement(ctx, after, limit)
+			page, err := read(after)
 			if err != nil {
 				yield(Payment{}, fmt.Errorf("error reading statement after %q: %w", after, err))
 				return

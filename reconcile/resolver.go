@@ -476,11 +476,21 @@ func (r *Resolver) ask(ctx context.Context, f facts, q Question) (Answer, bool, 
 	return a, ok, err
 }
 
-// search looks for the settlement's reference in the bank's whole list:
-// one payment is the answer, none is AnswerNotFound, several flag it.
+// searchSlack is how long before the first attempt a search of the bank's
+// list starts, for the clocks of settle and the bank to disagree.
+const searchSlack = time.Hour
+
+// search looks for the settlement's reference in the bank's list (from an
+// hour before the first attempt where the bank can read its list from a
+// point in time, else all of it): one payment is the answer, none is
+// AnswerNotFound, several flag it.
 func (r *Resolver) search(ctx context.Context, f facts) (Answer, bool, error) {
+	var since time.Time
+	if !f.FirstAttemptAt.IsZero() {
+		since = f.FirstAttemptAt.Add(-searchSlack)
+	}
 	var found []bankclient.Payment
-	for p, err := range bankclient.Payments(ctx, r.Bank, 1000) {
+	for p, err := range bankclient.PaymentsSince(ctx, r.Bank, since, 1000) {
 		if err != nil {
 			a, ok := classifyErr(err)
 			return a, ok, err

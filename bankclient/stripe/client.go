@@ -252,6 +252,20 @@ const MaxListLimit = 100
 // newest first, after the payout id after (Stripe's starting_after); limit
 // is capped at MaxListLimit.
 func (c *Client) Statement(ctx context.Context, after string, limit int) (bankclient.StatementPage, error) {
+	return c.list(ctx, time.Time{}, after, limit)
+}
+
+// StatementSince is Statement restricted to the payouts created at or after
+// since (the list's created[gte] filter): bankclient.Searcher. Stripe lists
+// newest first, so a search after a lost answer reads the payouts of the
+// last hours, not the account's whole history.
+func (c *Client) StatementSince(ctx context.Context, since time.Time, after string, limit int) (bankclient.StatementPage, error) {
+	return c.list(ctx, since, after, limit)
+}
+
+// list reads one page of the payout list, created at or after since when
+// since is not zero.
+func (c *Client) list(ctx context.Context, since time.Time, after string, limit int) (bankclient.StatementPage, error) {
 	if limit < 0 {
 		return bankclient.StatementPage{}, fmt.Errorf("error listing payouts: negative limit %d", limit)
 	}
@@ -264,6 +278,9 @@ func (c *Client) Statement(ctx context.Context, after string, limit int) (bankcl
 		params.Limit = stripe.Int64(int64(limit))
 		if after != "" {
 			params.StartingAfter = stripe.String(after)
+		}
+		if !since.IsZero() {
+			params.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}
 		}
 		if c.account != "" {
 			params.StripeAccount = stripe.String(c.account)

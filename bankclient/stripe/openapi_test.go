@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3filter"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/settle/settle/bankclient/stripe/stripetest"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/internal/settletest"
 )
 
 // TestConformanceAgainstStripesSpec runs the conformance suite with every
@@ -61,6 +63,54 @@ func TestListPagesAgainstStripesSpec(t *testing.T) {
 	}
 	if st := bank.Stats(); st.Payments != 5 {
 		t.Errorf("bank %+v", st)
+	}
+}
+
+// TestSearchSinceAgainstStripesSpec: the engine's search after a lost
+// answer reads the payout list from a point in time (created[gte]), so it
+// reads the payouts of the last hours, not the account's history; the
+// query is Stripe's.
+func TestSearchSinceAgainstStripesSpec(t *testing.T) {
+	t.Parallel()
+	v := stripetest.NewValidator(t)
+	clock := settletest.NewManualClock(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+	_, u := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Profile: "stripe", Now: clock.Now})
+	c, err := stripe.New(u, bankclient.Options{Token: "sk_test_x", HTTPClient: &http.Client{Transport: v}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	send := func(ref string) {
+		if _, err := c.Send(ctx, bankclient.KeyFor(ref), target.Request(ref)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		send(fmt.Sprintf("old-%d", i))
+	}
+	clock.Advance(3 * time.Hour)
+	since := clock.Now()
+	send("new-0")
+	send("new-1")
+	var seen []string
+	for p, err := range bankclient.PaymentsSince(ctx, c, since, 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, p.Reference)
+	}
+	if got := strings.Join(seen, ","); got != "new-1,new-0" {
+		t.Errorf("payouts since %s: %s; want the two created since, newest first", since, got)
+	}
+	n := 0
+	for _, err := range bankclient.PaymentsSince(ctx, c, time.Time{}, 2) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 5 {
+		t.Errorf("since the beginning: %d payouts, want 5", n)
 	}
 }
 
