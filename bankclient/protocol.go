@@ -111,6 +111,13 @@ type Faults struct {
 	// they settled (returned, as ACH and SEPA returns do).
 	ReturnRate    float64 `json:"return_rate"`
 	ReturnAfterMS int64   `json:"return_after_ms"`
+	// ConsentDelayMS is how long after it was created an Open Banking
+	// consent is decided (Authorised, or Rejected at ConsentRejectRate):
+	// a real bank waits for its customer. 0 decides it at once.
+	ConsentDelayMS int64 `json:"consent_delay_ms"`
+	// ConsentRejectRate of the consents are Rejected by the customer
+	// instead of Authorised.
+	ConsentRejectRate float64 `json:"consent_reject_rate"`
 }
 
 // Stats is the body of GET /admin/stats.
