@@ -23,6 +23,8 @@ package fakebank
 
 import (
 	"context"
+	"crypto/rsa"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -36,8 +38,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"golang.org/x/time/rate"
+
+	"github.com/settle/settle/bankclient"
 )
 
 // Options configures a Bank. The zero value is a usable in-memory bank with no
@@ -59,6 +62,16 @@ type Options struct {
 	// Profiles; default "settle", the protocol of DESIGN.md section 7).
 	// /admin/faults and /admin/stats are the same in every profile.
 	Profile string
+	// JWSPublicKey, when set, is the TPP's key the obie profile verifies
+	// the x-jws-signature of every POST with; without it signatures are
+	// required but not verified.
+	JWSPublicKey *rsa.PublicKey
+	// JWSSigningKey is the key the obie profile signs its answers with
+	// (x-jws-signature); default: a key made once per process.
+	JWSSigningKey *rsa.PrivateKey
+	// TLS, when set, makes Start serve HTTPS with it (set ClientAuth and
+	// ClientCAs to require the client certificates of mutual TLS).
+	TLS *tls.Config
 }
 
 // Profiles maps each API face of the bank to the function that registers
@@ -85,6 +98,9 @@ type Bank struct {
 	log       *slog.Logger
 	statePath string
 	profile   string
+	verifyKey *rsa.PublicKey  // obie: the TPP's key; nil: not verified
+	signKey   *rsa.PrivateKey // obie: the bank's signing key
+	tlsConfig *tls.Config
 
 	// ctx is cancelled by Close; it is the base context of every request the
 	// bank serves, so that latency sleeps end when the bank stops.
@@ -132,6 +148,16 @@ func New(opts Options) (*Bank, error) {
 		faults:    opts.Faults,
 		limiter:   newLimiter(opts.Faults),
 		books:     newBooks(),
+		verifyKey: opts.JWSPublicKey,
+		signKey:   opts.JWSSigningKey,
+		tlsConfig: opts.TLS,
+	}
+	if b.profile == "obie" && b.signKey == nil {
+		key, err := defaultSigningKey()
+		if err != nil {
+			return nil, fmt.Errorf("error making the bank's signing key: %w: %w", errNoSigningKey, err)
+		}
+		b.signKey = key
 	}
 	if b.now == nil {
 		b.now = time.Now
@@ -196,6 +222,14 @@ func (b *Bank) Handler() http.Handler {
 	mux := http.NewServeMux()
 	api := http.NewServeMux()
 	mux.Handle("/v1/", b.rateLimited(api))
+	if b.profile == "obie" {
+		// Open Banking's resources live under their own base path; every
+		// answer carries x-fapi-interaction-id.
+		mux.Handle(obieBase+"/", b.obieInteraction(b.rateLimited(api)))
+		// The customer's decision on a consent, for tests.
+		mux.HandleFunc("POST /admin/consents/{id}/authorise", b.handleDecideConsent(true))
+		mux.HandleFunc("POST /admin/consents/{id}/reject", b.handleDecideConsent(false))
+	}
 	mux.HandleFunc("GET /admin/faults", b.handleGetFaults)
 	mux.HandleFunc("PUT /admin/faults", b.handlePutFaults)
 	mux.HandleFunc("GET /admin/stats", b.handleStats)
@@ -223,6 +257,10 @@ func (b *Bank) rateLimited(next http.Handler) http.Handler {
 				writeStripeError(w, http.StatusTooManyRequests, stripeError{Type: stripeInvalidRequest, Code: "rate_limit", Message: "simulated by rate_limit_per_s"})
 				return
 			}
+			if b.profile == "obie" && strings.HasPrefix(r.URL.Path, obieBase+"/") {
+				b.writeOBError(w, http.StatusTooManyRequests, OBError{ErrorCode: OBUnexpectedError, Message: "simulated by rate_limit_per_s: at most the fair usage"})
+				return
+			}
 			writeError(w, http.StatusTooManyRequests, "rate_limited", "simulated by rate_limit_per_s")
 			return
 		}
@@ -239,7 +277,8 @@ func (b *Bank) routes(mux *http.ServeMux) {
 }
 
 // Start serves the bank on a new listener at addr (for example
-// "127.0.0.1:0") in the background and returns its base URL. Stop it with
+// "127.0.0.1:0") in the background and returns its base URL (https://
+// when Options.TLS is set). Stop it with
 // Shutdown or Close.
 func (b *Bank) Start(addr string) (baseURL string, err error) {
 	ln, err := net.Listen("tcp", addr)
@@ -259,12 +298,18 @@ func (b *Bank) Start(addr string) (baseURL string, err error) {
 	}
 	b.srv = srv
 	b.srvMu.Unlock()
+	scheme := "http://"
+	if b.tlsConfig != nil {
+		srv.TLSConfig = b.tlsConfig.Clone()
+		ln = tls.NewListener(ln, srv.TLSConfig)
+		scheme = "https://"
+	}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			b.log.Error("fakebank: server stopped", "error", err)
 		}
 	}()
-	return "http://" + ln.Addr().String(), nil
+	return scheme + ln.Addr().String(), nil
 }
 
 // Shutdown stops the server started by Start gracefully: it stops accepting
@@ -352,6 +397,7 @@ func validateFaults(f bankclient.Faults) error {
 		{"reject_rate", f.RejectRate},
 		{"settlement_failure_rate", f.SettlementFailureRate},
 		{"return_rate", f.ReturnRate},
+		{"consent_reject_rate", f.ConsentRejectRate},
 	}
 	if !(f.RateLimitPerS >= 0 && f.RateLimitPerS <= 1e6) {
 		return fmt.Errorf("rate_limit_per_s must be in [0, 1e6], got %v", f.RateLimitPerS)
@@ -370,6 +416,7 @@ func validateFaults(f bankclient.Faults) error {
 		{"settle_delay_ms", f.SettleDelayMS},
 		{"key_ttl_ms", f.KeyTTLMS},
 		{"return_after_ms", f.ReturnAfterMS},
+		{"consent_delay_ms", f.ConsentDelayMS},
 	}
 	for _, d := range durations {
 		if d.v < 0 || d.v > maxDurationMS {

@@ -28,9 +28,12 @@ type payment struct {
 	ReturnAt     time.Time `json:"return_at,omitzero"`
 	ReturnReason string    `json:"return_reason,omitempty"`
 	// Params are the request's parameters beyond Request that an API face
-	// carries (Stripe's description and metadata), URL-encoded; empty in
-	// the settle profile.
+	// carries (Stripe's description and metadata, URL-encoded; the obie
+	// profile's request body, canonical JSON); empty in the settle profile.
 	Params string `json:"params,omitempty"`
+	// ConsentSeq is the consent the payment was made under (obie
+	// profile); 0 without one.
+	ConsentSeq int64 `json:"consent_seq,omitempty"`
 }
 
 // settledAt reports whether the payment had settled by now (returned
@@ -103,6 +106,13 @@ type books struct {
 	replays           int64
 	keyReuseConflicts int64
 
+	// Open Banking consents (the obie profile), in creation order
+	// (consents[i].Seq == i+1), and their idempotency keys.
+	consents                 []*consent
+	consentKeys              map[string]*consentKey
+	consentReplays           int64
+	consentKeyReuseConflicts int64
+
 	// Derived from payments; rebuilt on load.
 	perKey       map[string]int64
 	perReference map[string]int64
@@ -113,6 +123,7 @@ type books struct {
 func newBooks() *books {
 	return &books{
 		keys:         map[string]*keyEntry{},
+		consentKeys:  map[string]*consentKey{},
 		perKey:       map[string]int64{},
 		perReference: map[string]int64{},
 	}

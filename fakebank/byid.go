@@ -42,3 +42,9 @@ func (b *Bank) byID(id string) (bankclient.Payment, bool) {
 	}
 	return b.books.payments[seq-1].view(b.now().UTC()), true
 }
+
+// PaymentByID returns the payment with the bank's id as the bank's books
+// hold it now (in the settle protocol's terms, whatever the profile).
+func (b *Bank) PaymentByID(id string) (bankclient.Payment, bool) {
+	return b.byID(id)
+}

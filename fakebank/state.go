@@ -21,6 +21,11 @@ type stateFile struct {
 	Keys              []*keyEntry `json:"keys"`
 	Replays           int64       `json:"replays"`
 	KeyReuseConflicts int64       `json:"key_reuse_conflicts"`
+	// The obie profile's consents; absent in files of the other profiles.
+	Consents                 []*consent    `json:"consents,omitempty"`
+	ConsentKeys              []*consentKey `json:"consent_keys,omitempty"`
+	ConsentReplays           int64         `json:"consent_replays,omitempty"`
+	ConsentKeyReuseConflicts int64         `json:"consent_key_reuse_conflicts,omitempty"`
 }
 
 // snapshot encodes the books. The caller holds Bank.mu.
@@ -36,6 +41,11 @@ func (bk *books) snapshot() ([]byte, error) {
 		sf.Keys = append(sf.Keys, e)
 	}
 	slices.SortFunc(sf.Keys, func(a, b *keyEntry) int { return strings.Compare(a.Key, b.Key) })
+	sf.Consents, sf.ConsentReplays, sf.ConsentKeyReuseConflicts = bk.consents, bk.consentReplays, bk.consentKeyReuseConflicts
+	for _, e := range bk.consentKeys {
+		sf.ConsentKeys = append(sf.ConsentKeys, e)
+	}
+	slices.SortFunc(sf.ConsentKeys, func(a, b *consentKey) int { return strings.Compare(a.Key, b.Key) })
 	data, err := json.Marshal(sf)
 	if err != nil {
 		return nil, fmt.Errorf("error encoding fakebank state: %w", err)
@@ -79,6 +89,19 @@ func loadState(path string) (*books, error) {
 			return nil, fmt.Errorf("error loading fakebank state %s: key entry points at no payment", path)
 		}
 		bk.keys[e.Key] = e
+	}
+	bk.consentReplays, bk.consentKeyReuseConflicts = sf.ConsentReplays, sf.ConsentKeyReuseConflicts
+	for i, c := range sf.Consents {
+		if c == nil || c.Seq != int64(i)+1 || c.PaymentSeq < 0 || c.PaymentSeq > int64(len(bk.payments)) {
+			return nil, fmt.Errorf("error loading fakebank state %s: consent %d out of sequence", path, i+1)
+		}
+		bk.consents = append(bk.consents, c)
+	}
+	for _, e := range sf.ConsentKeys {
+		if e == nil || e.ConsentSeq < 1 || e.ConsentSeq > int64(len(bk.consents)) {
+			return nil, fmt.Errorf("error loading fakebank state %s: consent key points at no consent", path)
+		}
+		bk.consentKeys[e.Key] = e
 	}
 	return bk, nil
 }

@@ -130,7 +130,17 @@ func (b *Bank) submitParams(key string, req bankclient.PaymentRequest, params st
 		return outcome{kind: outcomeRejected, reason: reason, version: b.version}
 	}
 
-	seq := int64(len(bk.payments)) + 1
+	p := b.newPayment(key, req, params, now)
+	bk.addPayment(p, e)
+	b.version++
+	return outcome{kind: outcomeCreated, payment: p.view(now), seq: p.Seq, version: b.version}
+}
+
+// newPayment makes the next payment of the books, drawing its settlement
+// outcome (settlement_failure_rate, then return_rate) from the seeded
+// source. The caller holds b.mu and adds it to the books.
+func (b *Bank) newPayment(key string, req bankclient.PaymentRequest, params string, now time.Time) *payment {
+	seq := int64(len(b.books.payments)) + 1
 	p := &payment{
 		Seq:            seq,
 		ID:             paymentID(seq),
@@ -149,9 +159,7 @@ func (b *Bank) submitParams(key string, req bankclient.PaymentRequest, params st
 		p.ReturnAt = p.DueAt.Add(time.Duration(b.faults.ReturnAfterMS) * time.Millisecond)
 		p.ReturnReason = DefaultReturnReason
 	}
-	bk.addPayment(p, e)
-	b.version++
-	return outcome{kind: outcomeCreated, payment: p.view(now), seq: seq, version: b.version}
+	return p
 }
 
 // byKey returns the payment the bank remembers under key.

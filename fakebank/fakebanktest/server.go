@@ -30,3 +30,26 @@ func NewServer(t testing.TB, opts fakebank.Options) (*fakebank.Bank, string) {
 	})
 	return b, srv.URL
 }
+
+// NewTLSServer is NewServer over TLS with opts.TLS (its certificate, and
+// ClientAuth/ClientCAs to require mutual TLS): the base URL is https.
+func NewTLSServer(t testing.TB, opts fakebank.Options) (*fakebank.Bank, string) {
+	t.Helper()
+	if opts.TLS == nil {
+		t.Fatal("fakebanktest.NewTLSServer: opts.TLS is nil")
+	}
+	b, err := fakebank.New(opts)
+	if err != nil {
+		t.Fatalf("fakebanktest.NewTLSServer: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(b.Handler())
+	srv.TLS = opts.TLS.Clone()
+	srv.StartTLS()
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("fakebanktest.NewTLSServer: error closing bank: %v", err)
+		}
+		srv.Close()
+	})
+	return b, srv.URL
+}

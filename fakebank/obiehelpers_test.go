@@ -1,0 +1,241 @@
+package fakebank_test
+
+import (
+	"bytes"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"syscall"
+	"testing"
+
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/fakebank/obietest"
+	"github.com/settle/settle/internal/settletest"
+)
+
+// obBundle is an obie bank on an httptest server with a manual clock, the
+// TPP's signing key (the bank verifies with its public half) and a client
+// whose every request and answer is validated against Open Banking's
+// OpenAPI document.
+type obBundle struct {
+	bank  *fakebank.Bank
+	url   string
+	clock *settletest.ManualClock
+	key   *rsa.PrivateKey
+	v     *obietest.Validator
+	http  *http.Client
+}
+
+func setupOB(t *testing.T, opts fakebank.Options) *obBundle {
+	t.Helper()
+	clock := settletest.NewManualClock(t0)
+	opts.Profile = "obie"
+	if opts.Now == nil {
+		opts.Now = clock.Now
+	}
+	key, _, _ := obietest.SigningKey(t)
+	if opts.JWSPublicKey == nil {
+		opts.JWSPublicKey = &key.PublicKey
+	}
+	bank, url := fakebanktest.NewServer(t, opts)
+	// No connection reuse: net/http would resend a POST by itself after a
+	// dropped answer.
+	tr := &http.Transport{DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	v := obietest.NewValidator(t, tr)
+	return &obBundle{bank: bank, url: url, clock: clock, key: key, v: v, http: &http.Client{Transport: v}}
+}
+
+// obAnswer is one answer of the bank; dropped when the connection closed
+// without one.
+type obAnswer struct {
+	status  int
+	header  http.Header
+	body    []byte
+	dropped bool
+}
+
+// get returns the string at a path of the answer's JSON ("" if none).
+func (a obAnswer) get(t *testing.T, path ...string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(a.body, &v); err != nil {
+		t.Fatalf("answer %d %q: %v", a.status, a.body, err)
+	}
+	for _, p := range path {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[p]
+		case []any:
+			if len(x) == 0 {
+				return ""
+			}
+			v = x[0]
+			if m, ok := v.(map[string]any); ok {
+				v = m[p]
+			}
+		default:
+			return ""
+		}
+	}
+	s, _ := v.(string)
+	return s
+}
+
+// errorCode is the first ErrorCode of an OBErrorResponse1.
+func (a obAnswer) errorCode(t *testing.T) string {
+	t.Helper()
+	var e fakebank.OBErrorResponse
+	if err := json.Unmarshal(a.body, &e); err != nil || len(e.Errors) == 0 {
+		t.Fatalf("answer %d %q is no OBErrorResponse1: %v", a.status, a.body, err)
+	}
+	return e.Errors[0].ErrorCode
+}
+
+// request is one request to the bank; its zero headers are the defaults
+// of a well-behaved TPP.
+type request struct {
+	method, path, key string
+	body              any
+	raw               []byte // the body as is, instead of body
+	sig               string // x-jws-signature instead of a signature of the body
+	noAuth, noSig     bool
+	header            map[string]string
+}
+
+func (ob *obBundle) do(t *testing.T, c *http.Client, rq request) obAnswer {
+	t.Helper()
+	data := rq.raw
+	if data == nil && rq.body != nil {
+		var err error
+		if data, err = json.Marshal(rq.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rd io.Reader
+	if data != nil {
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(rq.method, ob.url+obietest.BasePath+rq.path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rq.noAuth {
+		req.Header.Set("Authorization", "Bearer tpp-access-token")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("x-fapi-interaction-id", "93bac548-d2de-4546-b106-880a5018460d")
+	if rq.method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+		if rq.key != "" {
+			req.Header.Set("x-idempotency-key", rq.key)
+		}
+		sig := rq.sig
+		if sig == "" && !rq.noSig {
+			if sig, err = fakebank.SignDetachedJWS(ob.key, "tpp-kid-1", "0015800001041RHAAY/HQuZPIt3ipkh33Uxytox1E", ob.clock.Now(), data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if sig != "" {
+			req.Header.Set("x-jws-signature", sig)
+		}
+	}
+	for k, v := range rq.header {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return obAnswer{dropped: true}
+		}
+		t.Fatalf("%s %s: %v", rq.method, rq.path, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := obAnswer{status: res.StatusCode, header: res.Header, body: body}
+	if got := res.Header.Get("x-fapi-interaction-id"); got != req.Header.Get("x-fapi-interaction-id") {
+		t.Errorf("%s %s: x-fapi-interaction-id %q, want %q played back", rq.method, rq.path, got, req.Header.Get("x-fapi-interaction-id"))
+	}
+	if len(body) > 0 {
+		sig := res.Header.Get("x-jws-signature")
+		if err := fakebank.VerifyDetachedJWS(sig, body, ob.bank.JWSSigningPublicKey(), ob.clock.Now()); err != nil {
+			t.Errorf("%s %s: the answer's signature: %v", rq.method, rq.path, err)
+		}
+	}
+	return a
+}
+
+func (ob *obBundle) postConsent(t *testing.T, key string, body any) obAnswer {
+	t.Helper()
+	return ob.do(t, ob.http, request{method: http.MethodPost, path: "/domestic-payment-consents", key: key, body: body})
+}
+
+func (ob *obBundle) postPayment(t *testing.T, key string, body any) obAnswer {
+	t.Helper()
+	return ob.do(t, ob.http, request{method: http.MethodPost, path: "/domestic-payments", key: key, body: body})
+}
+
+func (ob *obBundle) getConsent(t *testing.T, id string) obAnswer {
+	t.Helper()
+	return ob.do(t, ob.http, request{method: http.MethodGet, path: "/domestic-payment-consents/" + id})
+}
+
+func (ob *obBundle) getPayment(t *testing.T, id string) obAnswer {
+	t.Helper()
+	return ob.do(t, ob.http, request{method: http.MethodGet, path: "/domestic-payments/" + id})
+}
+
+// invalidClient is a client for requests that break the document on
+// purpose: their answers are still validated.
+func (ob *obBundle) invalidClient(t *testing.T) *http.Client {
+	t.Helper()
+	tr := &http.Transport{DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	v := obietest.NewValidator(t, tr)
+	v.InvalidRequests = true
+	return &http.Client{Transport: v}
+}
+
+// mustConsent creates a consent for ref and returns its id.
+func (ob *obBundle) mustConsent(t *testing.T, ref, amount string) string {
+	t.Helper()
+	a := ob.postConsent(t, "consent-"+ref, consentBody(ref, amount))
+	if a.status != http.StatusCreated {
+		t.Fatalf("consent %s: %d %s", ref, a.status, a.body)
+	}
+	return a.get(t, "Data", "ConsentId")
+}
+
+type obj = map[string]any
+
+func initiation(ref, amount string) obj {
+	return obj{
+		"InstructionIdentification": "instr-" + ref,
+		"EndToEndIdentification":    ref,
+		"InstructedAmount":          obj{"Amount": amount, "Currency": "GBP"},
+		"CreditorAccount": obj{
+			"SchemeName":     "UK.OBIE.SortCodeAccountNumber",
+			"Identification": "08080021325698",
+			"Name":           "ACME Ltd",
+		},
+		"RemittanceInformation": obj{"Reference": "settle"},
+	}
+}
+
+func consentBody(ref, amount string) obj {
+	return obj{"Data": obj{"Initiation": initiation(ref, amount)}, "Risk": obj{"PaymentContextCode": "TransferToThirdParty"}}
+}
+
+func paymentBody(consentID, ref, amount string) obj {
+	return obj{"Data": obj{"ConsentId": consentID, "Initiation": initiation(ref, amount)}, "Risk": obj{"PaymentContextCode": "TransferToThirdParty"}}
+}
