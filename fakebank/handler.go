@@ -199,6 +199,14 @@ func (b *Bank) handlePutFaults(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b *Bank) handleStats(w http.ResponseWriter, _ *http.Request) {
+	if b.profile == "obie" {
+		writeJSON(w, http.StatusOK, struct {
+			bankclient.Stats
+			Traffic
+			ConsentStats
+		}{b.Stats(), b.Traffic(), b.ConsentStats()})
+		return
+	}
 	writeJSON(w, http.StatusOK, struct {
 		bankclient.Stats
 		Traffic

@@ -3,6 +3,7 @@ package fakebank_test
 import (
 	"bytes"
 	"crypto/rsa"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,15 +22,30 @@ import (
 // whose every request and answer is validated against Open Banking's
 // OpenAPI document.
 type obBundle struct {
-	bank  *fakebank.Bank
-	url   string
-	clock *settletest.ManualClock
-	key   *rsa.PrivateKey
-	v     *obietest.Validator
-	http  *http.Client
+	bank *fakebank.Bank
+	// bankKey verifies the bank's answers (default: bank's signing key).
+	bankKey *rsa.PublicKey
+	// clientTLS is the TLS configuration of the clients (nil: plain HTTP).
+	clientTLS *tls.Config
+	url       string
+	clock     *settletest.ManualClock
+	key       *rsa.PrivateKey
+	v         *obietest.Validator
+	http      *http.Client
 }
 
+// noVerify as Options.JWSPublicKey makes setupOB start a bank that does
+// not verify signatures.
+var noVerify = &rsa.PublicKey{}
+
 func setupOB(t *testing.T, opts fakebank.Options) *obBundle {
+	t.Helper()
+	return setupOBTLS(t, opts, nil)
+}
+
+// setupOBTLS is setupOB over TLS when opts.TLS is set, the client
+// speaking with clientTLS.
+func setupOBTLS(t *testing.T, opts fakebank.Options, clientTLS *tls.Config) *obBundle {
 	t.Helper()
 	clock := settletest.NewManualClock(t0)
 	opts.Profile = "obie"
@@ -37,16 +53,25 @@ func setupOB(t *testing.T, opts fakebank.Options) *obBundle {
 		opts.Now = clock.Now
 	}
 	key, _, _ := obietest.SigningKey(t)
-	if opts.JWSPublicKey == nil {
+	switch opts.JWSPublicKey {
+	case nil:
 		opts.JWSPublicKey = &key.PublicKey
+	case noVerify:
+		opts.JWSPublicKey = nil
 	}
-	bank, url := fakebanktest.NewServer(t, opts)
+	var bank *fakebank.Bank
+	var url string
+	if opts.TLS != nil {
+		bank, url = fakebanktest.NewTLSServer(t, opts)
+	} else {
+		bank, url = fakebanktest.NewServer(t, opts)
+	}
 	// No connection reuse: net/http would resend a POST by itself after a
 	// dropped answer.
-	tr := &http.Transport{DisableKeepAlives: true}
+	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: clientTLS}
 	t.Cleanup(tr.CloseIdleConnections)
 	v := obietest.NewValidator(t, tr)
-	return &obBundle{bank: bank, url: url, clock: clock, key: key, v: v, http: &http.Client{Transport: v}}
+	return &obBundle{bank: bank, url: url, clock: clock, key: key, v: v, http: &http.Client{Transport: v}, clientTLS: clientTLS}
 }
 
 // obAnswer is one answer of the bank; dropped when the connection closed
@@ -168,7 +193,11 @@ func (ob *obBundle) do(t *testing.T, c *http.Client, rq request) obAnswer {
 	}
 	if len(body) > 0 {
 		sig := res.Header.Get("x-jws-signature")
-		if err := fakebank.VerifyDetachedJWS(sig, body, ob.bank.JWSSigningPublicKey(), ob.clock.Now()); err != nil {
+		pub := ob.bankKey
+		if pub == nil {
+			pub = ob.bank.JWSSigningPublicKey()
+		}
+		if err := fakebank.VerifyDetachedJWS(sig, body, pub, ob.clock.Now()); err != nil {
 			t.Errorf("%s %s: the answer's signature: %v", rq.method, rq.path, err)
 		}
 	}
@@ -199,7 +228,7 @@ func (ob *obBundle) getPayment(t *testing.T, id string) obAnswer {
 // purpose: their answers are still validated.
 func (ob *obBundle) invalidClient(t *testing.T) *http.Client {
 	t.Helper()
-	tr := &http.Transport{DisableKeepAlives: true}
+	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: ob.clientTLS}
 	t.Cleanup(tr.CloseIdleConnections)
 	v := obietest.NewValidator(t, tr)
 	v.InvalidRequests = true
@@ -238,4 +267,19 @@ func consentBody(ref, amount string) obj {
 
 func paymentBody(consentID, ref, amount string) obj {
 	return obj{"Data": obj{"ConsentId": consentID, "Initiation": initiation(ref, amount)}, "Risk": obj{"PaymentContextCode": "TransferToThirdParty"}}
+}
+
+// adminStats reads GET /admin/stats.
+func adminStats(t *testing.T, c *http.Client, url string) map[string]float64 {
+	t.Helper()
+	res, err := c.Get(url + "/admin/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var got map[string]float64
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

@@ -84,6 +84,36 @@ func ReadRSAPublicKey(path string) (*rsa.PublicKey, error) {
 	return rsaPub, nil
 }
 
+// ReadRSAPrivateKey reads a PEM file holding an RSA private key (PKCS #8
+// or PKCS #1), as --jws-signing-key takes.
+func ReadRSAPrivateKey(path string) (*rsa.PrivateKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("error reading private key: %w", err)
+	}
+	blk, _ := pem.Decode(data)
+	if blk == nil {
+		return nil, fmt.Errorf("error reading private key %s: no PEM block", path)
+	}
+	var key any
+	switch blk.Type {
+	case "PRIVATE KEY":
+		key, err = x509.ParsePKCS8PrivateKey(blk.Bytes)
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(blk.Bytes)
+	default:
+		return nil, fmt.Errorf("error reading private key %s: PEM block %q is not a private key", path, blk.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading private key %s: %w", path, err)
+	}
+	rsaKey, ok := key.(*rsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("error reading private key %s: not an RSA key (PS256 needs one)", path)
+	}
+	return rsaKey, nil
+}
+
 // SignDetachedJWS signs body as Open Banking's profile says, with key
 // (kid keyID, iss issuer, tan OBTrustAnchor, iat now), and returns the
 // detached JWS for x-jws-signature. It is how the bank signs its answers;
@@ -128,15 +158,15 @@ func VerifyDetachedJWS(sig string, body []byte, pub *rsa.PublicKey, now time.Tim
 	if len(parts) != 3 || parts[1] != "" {
 		return fieldErr(OBSignatureMalformed, HeaderJWSSignature, "not a detached JWS (header..signature)")
 	}
-	if _, err := jose.ParseDetached(sig, body, []jose.SignatureAlgorithm{jose.PS256}); err != nil {
-		return fieldErr(OBSignatureMalformed, HeaderJWSSignature, "not a PS256 JWS: %v", err)
-	}
 	hdr, err := base64.RawURLEncoding.DecodeString(parts[0])
 	if err != nil {
 		return fieldErr(OBSignatureMalformed, HeaderJWSSignature, "JOSE header is not base64url")
 	}
 	if err := checkJOSEHeader(hdr, now); err != nil {
 		return err
+	}
+	if _, err := jose.ParseDetached(sig, body, []jose.SignatureAlgorithm{jose.PS256}); err != nil {
+		return fieldErr(OBSignatureMalformed, HeaderJWSSignature, "not a PS256 JWS: %v", err)
 	}
 	sigBytes, err := base64.RawURLEncoding.DecodeString(parts[2])
 	if err != nil {

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -42,6 +46,39 @@ Protocol:
 Payments are accepted, processing from half the settle delay, then settled (or
 failed, at settlement_failure_rate) once the settle delay has passed.
 
+--profile stripe serves Stripe's payouts (POST/GET /v1/payouts).
+
+--profile obie serves UK Open Banking domestic payments v3.1.11 under
+/open-banking/v3.1/pisp (the published OpenAPI document's server path):
+  POST /domestic-payment-consents          AwaitingAuthorisation, Authorised after
+                                           consent_delay_ms (Rejected at
+                                           consent_reject_rate), Consumed once paid
+  GET  /domestic-payment-consents/{ConsentId}
+  POST /domestic-payments                  only under an Authorised consent with the
+                                           same Initiation and Risk (else 400
+                                           UK.OBIE.Resource.InvalidConsentStatus or
+                                           UK.OBIE.Resource.ConsentMismatch)
+  GET  /domestic-payments/{DomesticPaymentId}
+                                           Pending, AcceptedSettlementInProcess,
+                                           AcceptedSettlementCompleted, then
+                                           AcceptedCreditSettlementCompleted (or
+                                           Rejected); returns show only on statements
+  Headers: Authorization: Bearer <any token> (401 without); on POSTs
+  Content-Type application/json (415), x-idempotency-key of at most 40
+  characters (400 UK.OBIE.Header.Missing/Invalid), x-jws-signature (400
+  UK.OBIE.Signature.Missing). The same key and body within 24 h (key_ttl_ms when
+  set) answer 201 with the current resource; the same key with another body is
+  400 UK.OBIE.Header.Invalid at path x-idempotency-key. Unknown ids are 400
+  UK.OBIE.Resource.NotFound. Errors are OBErrorResponse1; answers are signed
+  (x-jws-signature) and play back x-fapi-interaction-id. With --jws-public-key the
+  bank verifies each POST's detached JWS (PS256, kid, the openbanking.org.uk
+  iat/iss/tan claims, crit exactly those; 400 UK.OBIE.Signature.* otherwise,
+  nothing created); WITHOUT it signatures are required but NOT verified.
+  POST /admin/consents/{id}/authorise|reject decides an awaiting consent now.
+
+--tls-cert and --tls-key serve HTTPS; --client-ca also requires a client
+certificate issued by that CA (mutual TLS, as Open Banking requires).
+
 Admin API:
   GET  /admin/faults   the fault profile
   PUT  /admin/faults   replaces the whole profile (absent fields are 0):
@@ -55,8 +92,14 @@ Admin API:
                                   delay every /v1 answer, uniform in [min, max]
          settle_delay_ms          time from accepted to settled/failed
          key_ttl_ms               forget a key this long after its first use
-                                  (0 = never): by-key then answers 404 and a POST
-                                  with the key creates a new payment
+                                  (0 = never; obie: 24 h): by-key then answers 404
+                                  and a POST with the key creates a new payment
+         return_rate, return_after_ms
+                                  settled payments that come back that long after
+         rate_limit_per_s         answer 429 with Retry-After past this rate
+         consent_delay_ms         (obie) an Open Banking consent is decided this
+                                  long after it was created (0 = at once)
+         consent_reject_rate      (obie) consents the customer rejects
        Rates are probabilities in [0, 1]; an invalid profile is 400.
   GET  /admin/stats    {"payments","replays","key_reuse_conflicts",
                         "max_executions_per_key","max_payments_per_reference"};
@@ -78,6 +121,11 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	keyTTL := fs.Duration("key-ttl", 0, "initial key TTL, 0 = keys are never forgotten (overrides key_ttl_ms of --faults when given)")
 	profile := fs.String("profile", "settle", "the API the bank serves its books through: "+strings.Join(fakebank.ProfileNames(), ", "))
 	verbose := fs.Bool("verbose", false, "log every decision (payment created, replayed, rejected, fault injected)")
+	jwsPublicKey := fs.String("jws-public-key", "", "obie: PEM file of the TPP's RSA public key (or certificate); the bank then verifies the x-jws-signature of every POST (without it, signatures are not verified)")
+	jwsSigningKey := fs.String("jws-signing-key", "", "obie: PEM file of the RSA private key the bank signs its answers with (default: a key made at start)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	clientCA := fs.String("client-ca", "", "PEM CA certificates: require a client certificate issued by one of them (mutual TLS; needs --tls-cert)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -97,7 +145,12 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	}
 	logger := slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
 
-	bank, err := fakebank.New(fakebank.Options{Seed: *seed, StatePath: *state, Faults: faults, Logger: logger, Profile: *profile})
+	opts := fakebank.Options{Seed: *seed, StatePath: *state, Faults: faults, Logger: logger, Profile: *profile}
+	if err := bankSecurity(&opts, *jwsPublicKey, *jwsSigningKey, *tlsCert, *tlsKey, *clientCA); err != nil {
+		fmt.Fprintf(s.Err, "settle fakebank: %v\n", err)
+		return exitError
+	}
+	bank, err := fakebank.New(opts)
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle fakebank: %v\n", err)
 		return exitError
@@ -149,4 +202,51 @@ func initialFaults(fs *flag.FlagSet, faultsJSON string, settleDelay, keyTTL time
 		f.KeyTTLMS = keyTTL.Milliseconds()
 	}
 	return f, nil
+}
+
+// bankSecurity reads the keys and certificates of the flags into opts.
+func bankSecurity(opts *fakebank.Options, jwsPublicKey, jwsSigningKey, tlsCert, tlsKey, clientCA string) error {
+	if (jwsPublicKey != "" || jwsSigningKey != "") && opts.Profile != "obie" {
+		return errors.New("--jws-public-key and --jws-signing-key are for --profile obie")
+	}
+	if jwsPublicKey != "" {
+		pub, err := fakebank.ReadRSAPublicKey(jwsPublicKey)
+		if err != nil {
+			return err
+		}
+		opts.JWSPublicKey = pub
+	}
+	if jwsSigningKey != "" {
+		key, err := fakebank.ReadRSAPrivateKey(jwsSigningKey)
+		if err != nil {
+			return err
+		}
+		opts.JWSSigningKey = key
+	}
+	if (tlsCert == "") != (tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if clientCA != "" && tlsCert == "" {
+		return errors.New("--client-ca needs --tls-cert and --tls-key")
+	}
+	if tlsCert == "" {
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+	if err != nil {
+		return fmt.Errorf("error loading --tls-cert/--tls-key: %w", err)
+	}
+	opts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCA != "" {
+		pemData, err := os.ReadFile(clientCA)
+		if err != nil {
+			return fmt.Errorf("error reading --client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemData) {
+			return fmt.Errorf("--client-ca %s holds no PEM certificate", clientCA)
+		}
+		opts.TLS.ClientCAs, opts.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return nil
 }

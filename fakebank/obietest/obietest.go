@@ -222,7 +222,14 @@ func (v *Validator) RoundTrip(r *http.Request) (*http.Response, error) {
 // ValidateRequest checks r with its body against the document and returns
 // the input its response is validated with.
 func (v *Validator) ValidateRequest(r *http.Request, body []byte) (*openapi3filter.RequestValidationInput, error) {
-	rt, params, err := Route(v.doc, r)
+	return ValidateRequest(v.doc, r, body)
+}
+
+// ValidateRequest checks r with its body against doc and returns the
+// input its response is validated with (nil when r is no operation of
+// the document).
+func ValidateRequest(doc *openapi3.T, r *http.Request, body []byte) (*openapi3filter.RequestValidationInput, error) {
+	rt, params, err := Route(doc, r)
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}
