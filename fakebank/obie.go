@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 
@@ -81,6 +82,9 @@ const (
 	obKeyTTL            = 24 * time.Hour
 	obieDebtorAccount   = "60161331926819"
 )
+
+// notPrintable reports whether r has no place in a header value.
+func notPrintable(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }
 
 // obIdempotencyKey is the document's pattern for x-idempotency-key: no
 // leading or trailing white space.
@@ -196,7 +200,7 @@ func (b *Bank) obiePost(w http.ResponseWriter, r *http.Request, v any) (key stri
 	case key == "":
 		b.writeOBFieldError(w, fieldErr(OBHeaderMissing, HeaderOBIdempotency, "%s is mandatory on this POST", HeaderOBIdempotency))
 		return "", false
-	case len([]rune(key)) > maxOBIdempotencyKey || !obIdempotencyKey.MatchString(key) || !validKey(key):
+	case len([]rune(key)) > maxOBIdempotencyKey || !obIdempotencyKey.MatchString(key) || strings.IndexFunc(key, notPrintable) >= 0:
 		b.writeOBFieldError(w, fieldErr(OBHeaderInvalid, HeaderOBIdempotency,
 			"%s must be 1 to %d printable characters without spaces at either end", HeaderOBIdempotency, maxOBIdempotencyKey))
 		return "", false
