@@ -75,6 +75,12 @@ failed, at settlement_failure_rate) once the settle delay has passed.
   iat/iss/tan claims, crit exactly those; 400 UK.OBIE.Signature.* otherwise,
   nothing created); WITHOUT it signatures are required but NOT verified.
   POST /admin/consents/{id}/authorise|reject decides an awaiting consent now.
+  Faults in this profile: fail_before_rate, drop_response_rate (half of the
+  time) and status_error_rate answer 500 UK.OBIE.UnexpectedError; reject_rate
+  makes a payment Rejected at once, settlement_failure_rate Rejected once due;
+  rate_limit_per_s answers 429 with Retry-After. /admin/stats adds "consents",
+  "consent_replays" and "consent_key_reuse_conflicts"; max_payments_per_reference
+  counts payments per EndToEndIdentification.
 
 --tls-cert and --tls-key serve HTTPS; --client-ca also requires a client
 certificate issued by that CA (mutual TLS, as Open Banking requires).
