@@ -315,6 +315,13 @@ func TestOBIEReturnsOnlyOnStatements(t *testing.T) {
 	if res.StatusCode != http.StatusOK || strings.Count(stmt, "<RtrInf>") != 2 {
 		t.Errorf("statement %d with %d returns", res.StatusCode, strings.Count(stmt, "<RtrInf>"))
 	}
+	// The other formats carry the EndToEndIdentification too.
+	for format, want := range map[fakebank.StatementFormat]string{fakebank.FormatMT940: "/EREF/E2E-RET-1", fakebank.FormatBAI2: "E2E-RET-1", fakebank.FormatCamt054: "<EndToEndId>E2E-RET-2</EndToEndId>"} {
+		out, err := ob.bank.RenderStatement(t0, format, 1)
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("%s: %v, no %s in:\n%s", format, err, want, out)
+		}
+	}
 }
 
 // TestOBIEMutualTLS: the bank served over TLS requiring a client
