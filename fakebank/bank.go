@@ -4,7 +4,10 @@
 // from tests (NewTestServer, Bank.Start) and as `settle fakebank`. It also
 // renders its books as the files banks send (GET /v1/statements/{date}:
 // camt.053, camt.054, BAI2, MT940; DESIGN section 14), and lets a settled
-// payment come back (Return, POST /admin/returns).
+// payment come back (Return, POST /admin/returns). The same books are
+// served through other banks' APIs (Profiles): Stripe's payouts (stripe.go)
+// and UK Open Banking's consents and domestic payments, with message
+// signing and mutual TLS (obie.go).
 //
 // It owns the simulated bank's books: the payments it has created, the
 // idempotency keys it remembers, and the counters behind /admin/stats. It

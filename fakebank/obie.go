@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -241,8 +242,9 @@ func decodeOB(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return fieldErr(OBFieldInvalid, te.Field, "%s must be a JSON %s", te.Field, te.Type.Kind())
+			return fieldErr(OBFieldInvalid, te.Field, "%s must be a JSON %s", te.Field, jsonType(te.Type.Kind()))
 		}
+		// encoding/json reports an unknown field only in its message.
 		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			return fieldErr(OBFieldUnexpected, strings.Trim(name, `"`), "the document does not define %s here", name)
 		}
@@ -252,6 +254,21 @@ func decodeOB(body []byte, v any) error {
 		return fieldErr(OBResourceInvalidFormat, "", "data after the JSON object")
 	}
 	return nil
+}
+
+// jsonType names the JSON type a Go kind decodes from.
+func jsonType(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Struct, reflect.Map, reflect.Pointer, reflect.Interface:
+		return "object"
+	}
+	return "number"
 }
 
 // obieFault answers 500 for a simulated server fault.
