@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/settle/settle/bankclient"
+	_ "github.com/settle/settle/bankclient/obie"
 	_ "github.com/settle/settle/bankclient/stripe"
 )
 

@@ -1,0 +1,586 @@
+package obie
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/time/rate"
+
+	"github.com/settle/settle/bankclient"
+)
+
+// APIPath is where the payment initiation resources live under the bank's
+// address: the OpenAPI document's server, "[participant-path-prefix]/
+// open-banking/[version]/[resource-group]" (read-write data API profile,
+// Resource URI Path Structure). A base URL that already ends in
+// /open-banking/v<version>/pisp is taken as it is.
+const APIPath = "/open-banking/v3.1/pisp"
+
+// apiPathRE recognises a base URL that already names the API.
+var apiPathRE = regexp.MustCompile(`/open-banking/v[0-9]+(\.[0-9]+)*/pisp$`)
+
+// The operations' paths under the API.
+const (
+	pathConsents = "/domestic-payment-consents"
+	pathPayments = "/domestic-payments"
+)
+
+// The request headers of the read-write data API profile.
+const (
+	HeaderInteractionID  = "x-fapi-interaction-id"
+	HeaderIdempotencyKey = "x-idempotency-key"
+	HeaderJWSSignature   = "x-jws-signature"
+)
+
+// MinDuplicateGap is the least time between two POSTs under one
+// idempotency key: "The TPP must delay sending duplicate payment
+// initiation requests using the same x-idempotency key for a minimum of 1
+// second even if they have not received a response" (read-write data API
+// profile, Idempotency). The client keeps to it for every POST it sends,
+// the consent's too, in-call retries and replays alike.
+const MinDuplicateGap = time.Second
+
+// replaySkew is how much older than the call a resource's CreationDateTime
+// must be before the answer is reported as a replay: Open Banking marks no
+// replay (it answers 201 with the current resource either way), so only a
+// resource created well before we first asked can be told apart, allowing
+// for the two clocks to disagree.
+const replaySkew = 5 * time.Minute
+
+// Client is a bankclient.Bank paying through an Open Banking ASPSP's
+// domestic payments API. It is safe for concurrent use.
+type Client struct {
+	base    string // scheme://host[/prefix]/open-banking/v3.1/pisp
+	hc      *http.Client
+	auth    bankclient.Secret // "Bearer <token>", or empty
+	sign    *signer
+	now     func() time.Time
+	timeout time.Duration
+	retry   bankclient.RetryPolicy
+	maxBody int64
+	logger  *slog.Logger
+	observe func(op, outcome string, d time.Duration)
+	limiter *rate.Limiter
+	pace    *pacer
+}
+
+var (
+	_ bankclient.Bank      = (*Client)(nil)
+	_ bankclient.IDLookup  = (*Client)(nil)
+	_ bankclient.Consenter = (*Client)(nil)
+)
+
+// New returns a client of the ASPSP at baseURL (its host and any
+// participant path prefix; APIPath is appended unless already there),
+// with the bearer token, signing key, client certificate and CAs of opts
+// and the signature claims of cfg. It will not start without a signing
+// key: every POST must be signed.
+func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
+	base, err := url.Parse(baseURL)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("error parsing Open Banking URL: %w", err)
+	case base.Scheme != "http" && base.Scheme != "https":
+		return nil, fmt.Errorf("error parsing Open Banking URL: scheme %q is not http or https", base.Scheme)
+	case base.Host == "":
+		return nil, errors.New("error parsing Open Banking URL: no host")
+	case base.User != nil:
+		return nil, fmt.Errorf("error parsing Open Banking URL: the token belongs in %s, not in the URL", bankclient.EnvToken)
+	case base.RawQuery != "" || base.Fragment != "":
+		return nil, errors.New("error parsing Open Banking URL: it must not carry a query or fragment")
+	}
+	loopback := isLoopback(base.Hostname())
+	if base.Scheme != "https" && !loopback {
+		return nil, errors.New("error configuring Open Banking: refusing plain http to a bank that is not on this machine (the API needs TLS)")
+	}
+	if opts.Token == "" && !loopback {
+		return nil, fmt.Errorf("error configuring Open Banking: no access token (set %s)", bankclient.EnvToken)
+	}
+	for i := 0; i < len(opts.Token); i++ {
+		if b := opts.Token[i]; b <= ' ' || b >= 0x7f {
+			return nil, errors.New("error configuring Open Banking: the access token contains a space, control or non-ASCII byte")
+		}
+	}
+	if opts.RatePerSecond < 0 {
+		return nil, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
+	}
+	sg, err := newSigner(opts, cfg, loopback)
+	if err != nil {
+		return nil, err
+	}
+	hc, err := httpClient(opts, base.Scheme == "https")
+	if err != nil {
+		return nil, err
+	}
+	path := strings.TrimSuffix(base.EscapedPath(), "/")
+	if !apiPathRE.MatchString(path) {
+		path += APIPath
+	}
+	c := &Client{
+		base:    base.Scheme + "://" + base.Host + path,
+		hc:      hc,
+		sign:    sg,
+		now:     cfg.Now,
+		timeout: opts.Timeout,
+		retry:   opts.Retry.WithDefaults(),
+		maxBody: opts.MaxResponseSize,
+		logger:  opts.Logger,
+		observe: opts.Observe,
+	}
+	if opts.Token != "" {
+		c.auth = "Bearer " + opts.Token
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	// The gap is wall-clock time, whatever clock the claims use.
+	c.pace = &pacer{gap: MinDuplicateGap, now: time.Now, last: map[string]time.Time{}}
+	if c.timeout <= 0 {
+		c.timeout = bankclient.DefaultTimeout
+	}
+	if c.maxBody <= 0 {
+		c.maxBody = bankclient.DefaultMaxResponseSize
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.RatePerSecond > 0 {
+		c.limiter = rate.NewLimiter(rate.Limit(opts.RatePerSecond), 1)
+	}
+	return c, nil
+}
+
+// httpClient is opts.HTTPClient (copied) or a client of our own with the
+// client certificate of opts.CertFile/KeyFile and the CAs of opts.CAFile;
+// either way it never follows a redirect, which could resend a payment
+// elsewhere.
+func httpClient(opts bankclient.Options, https bool) (*http.Client, error) {
+	if (opts.CertFile == "") != (opts.KeyFile == "") {
+		return nil, fmt.Errorf("error configuring Open Banking TLS: a client certificate needs both %s and %s", bankclient.EnvCertFile, bankclient.EnvKeyFile)
+	}
+	if opts.CertFile != "" && !https {
+		return nil, fmt.Errorf("error configuring Open Banking TLS: a client certificate (%s) is set but the bank URL is not https", bankclient.EnvCertFile)
+	}
+	var hc http.Client
+	switch {
+	case opts.HTTPClient != nil && (opts.CAFile != "" || opts.CertFile != ""):
+		return nil, errors.New("error configuring Open Banking TLS: CAFile and CertFile cannot be combined with HTTPClient")
+	case opts.HTTPClient != nil:
+		hc = *opts.HTTPClient
+	default:
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 32
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if opts.CAFile != "" {
+			pemData, err := os.ReadFile(opts.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("error reading CA file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pemData) {
+				return nil, fmt.Errorf("error reading CA file %s: no PEM certificate in it", opts.CAFile)
+			}
+			tr.TLSClientConfig.RootCAs = pool
+		}
+		if opts.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("error loading the client certificate (%s, %s): %w", bankclient.EnvCertFile, bankclient.EnvKeyFile, err)
+			}
+			tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
+		}
+		hc.Transport = tr
+	}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &hc, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// CreateConsent implements bankclient.Consenter: POST
+// /domestic-payment-consents under the consent key. The same key and body
+// again answers 201 with the consent as it is now.
+func (c *Client) CreateConsent(ctx context.Context, key string, req bankclient.PaymentRequest) (bankclient.Consent, error) {
+	if err := checkKey(key); err != nil {
+		return bankclient.Consent{}, fmt.Errorf("error creating consent: %w", err)
+	}
+	body, in, err := consentBody(req)
+	if err != nil {
+		return bankclient.Consent{}, fmt.Errorf("error creating consent %s: %w", key, err)
+	}
+	con, err := post(ctx, c, bankclient.OpConsent, key, pathConsents, body, func(a httpAnswer, start time.Time) (bankclient.Consent, answer) {
+		if a.status != http.StatusCreated {
+			return bankclient.Consent{}, classifyPost(a)
+		}
+		con, err := parseConsent(a.body, &in)
+		if err != nil {
+			return bankclient.Consent{}, malformed(a, err)
+		}
+		con.Replayed = con.Status == bankclient.ConsentConsumed || createdBefore(a.body, start.Add(-replaySkew))
+		return con, answer{outcome: outcomeOf(con.Replayed)}
+	})
+	if err != nil {
+		return bankclient.Consent{}, fmt.Errorf("error creating consent %s: %w", key, err)
+	}
+	return con, nil
+}
+
+// ConsentByID implements bankclient.Consenter: GET
+// /domestic-payment-consents/{ConsentId}; one the bank does not hold
+// matches bankclient.ErrPaymentNotFound.
+func (c *Client) ConsentByID(ctx context.Context, id string) (bankclient.Consent, error) {
+	if id == "" {
+		return bankclient.Consent{}, errors.New("error getting consent: empty consent id")
+	}
+	con, err := get(ctx, c, bankclient.OpConsentStatus, pathConsents+"/"+url.PathEscape(id), func(a httpAnswer) (bankclient.Consent, answer) {
+		if a.status != http.StatusOK {
+			return bankclient.Consent{}, classifyGet(a)
+		}
+		con, err := parseConsent(a.body, nil)
+		if err == nil && con.ID != id {
+			err = fmt.Errorf("asked for consent %s, got %s", bankclient.Sanitize(id), bankclient.Sanitize(con.ID))
+		}
+		if err != nil {
+			return bankclient.Consent{}, malformed(a, err)
+		}
+		return con, answer{outcome: bankclient.OutcomeAccepted}
+	})
+	if err != nil {
+		return bankclient.Consent{}, fmt.Errorf("error getting consent %s: %w", bankclient.Sanitize(id), err)
+	}
+	return con, nil
+}
+
+// Send implements bankclient.Bank: POST /domestic-payments under the
+// payment key, with req.ConsentID and the Initiation of the consent.
+// Within the key window a repeat answers 201 with the payment as it is
+// now; Replayed is set only when its CreationDateTime shows it older than
+// the call (Open Banking does not mark replays).
+func (c *Client) Send(ctx context.Context, key string, req bankclient.PaymentRequest) (bankclient.SendResult, error) {
+	if err := checkKey(key); err != nil {
+		return bankclient.SendResult{}, fmt.Errorf("error sending payment: %w", err)
+	}
+	body, in, err := paymentBody(req)
+	if err != nil {
+		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
+	}
+	res, err := post(ctx, c, bankclient.OpSend, key, pathPayments, body, func(a httpAnswer, start time.Time) (bankclient.SendResult, answer) {
+		if a.status != http.StatusCreated {
+			return bankclient.SendResult{}, classifyPost(a)
+		}
+		p, err := parsePayment(a.body, req.ConsentID, &in)
+		if err != nil {
+			return bankclient.SendResult{}, malformed(a, err)
+		}
+		replayed := createdBefore(a.body, start.Add(-replaySkew))
+		return bankclient.SendResult{Payment: p, Replayed: replayed}, answer{outcome: outcomeOf(replayed)}
+	})
+	if err != nil {
+		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
+	}
+	return res, nil
+}
+
+// StatusByID implements bankclient.IDLookup: GET
+// /domestic-payments/{DomesticPaymentId}; a payment the bank does not hold
+// matches bankclient.ErrPaymentNotFound.
+func (c *Client) StatusByID(ctx context.Context, id string) (bankclient.Payment, error) {
+	if id == "" {
+		return bankclient.Payment{}, errors.New("error getting payment: empty payment id")
+	}
+	p, err := get(ctx, c, bankclient.OpStatus, pathPayments+"/"+url.PathEscape(id), func(a httpAnswer) (bankclient.Payment, answer) {
+		if a.status != http.StatusOK {
+			return bankclient.Payment{}, classifyGet(a)
+		}
+		p, err := parsePayment(a.body, "", nil)
+		if err == nil && p.ID != id {
+			err = fmt.Errorf("asked for payment %s, got %s", bankclient.Sanitize(id), bankclient.Sanitize(p.ID))
+		}
+		if err != nil {
+			return bankclient.Payment{}, malformed(a, err)
+		}
+		return p, answer{outcome: bankclient.OutcomeAccepted}
+	})
+	if err != nil {
+		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: %w", bankclient.Sanitize(id), err)
+	}
+	return p, nil
+}
+
+// StatusByKey implements bankclient.Bank: Open Banking cannot be asked
+// about a payment by its idempotency key.
+func (c *Client) StatusByKey(context.Context, string) (bankclient.Payment, error) {
+	return bankclient.Payment{}, bankclient.ErrUnsupported
+}
+
+// Statement implements bankclient.Bank: Open Banking's payment initiation
+// API has no list of payments (reconciliation reads imported statements).
+func (c *Client) Statement(context.Context, string, int) (bankclient.StatementPage, error) {
+	return bankclient.StatementPage{}, bankclient.ErrUnsupported
+}
+
+// checkKey refuses a key the bank would refuse (nothing is sent).
+func checkKey(key string) error {
+	if key == "" || len(key) > KeyMaxLen || strings.TrimSpace(key) != key {
+		return fmt.Errorf("idempotency key of %d characters (1 to %d, no surrounding space)", len(key), KeyMaxLen)
+	}
+	return nil
+}
+
+func outcomeOf(replayed bool) string {
+	if replayed {
+		return bankclient.OutcomeReplayed
+	}
+	return bankclient.OutcomeAccepted
+}
+
+// httpAnswer is one HTTP answer of the bank, read and bounded.
+type httpAnswer struct {
+	status        int
+	header        http.Header
+	body          []byte
+	tooLarge      bool
+	interactionID string
+}
+
+// answer is how one attempt ended: the outcome reported to
+// Options.Observe, the classified error, and whether another attempt
+// under the same key may help.
+type answer struct {
+	outcome string
+	err     error
+	retry   bool
+}
+
+// post sends body to path under key, signed once for the whole call: every
+// attempt is the identical request, signature included (PS256 signatures
+// are randomised, so signing again would change it).
+func post[T any](ctx context.Context, c *Client, op, key, path string, body []byte, parse func(httpAnswer, time.Time) (T, answer)) (T, error) {
+	var zero T
+	sig, err := c.sign.sign(body, c.now())
+	if err != nil {
+		return zero, err
+	}
+	start := c.now()
+	return call(ctx, c, op, key, func(actx context.Context) (T, answer) {
+		if err := c.pace.wait(actx, key); err != nil {
+			return zero, answer{outcome: bankclient.OutcomeAmbiguous, err: fmt.Errorf("error waiting a second between requests under one key: %w", err)}
+		}
+		a, fail := c.roundTrip(actx, http.MethodPost, path, key, body, sig)
+		if fail != nil {
+			return zero, *fail
+		}
+		return parse(a, start)
+	})
+}
+
+// get reads path.
+func get[T any](ctx context.Context, c *Client, op, path string, parse func(httpAnswer) (T, answer)) (T, error) {
+	var zero T
+	return call(ctx, c, op, "", func(actx context.Context) (T, answer) {
+		a, fail := c.roundTrip(actx, http.MethodGet, path, "", nil, "")
+		if fail != nil {
+			return zero, *fail
+		}
+		return parse(a)
+	})
+}
+
+// roundTrip sends one request with the profile's headers and reads its
+// answer. A transport failure comes back as the attempt's answer.
+func (c *Client) roundTrip(ctx context.Context, method, path, key string, body []byte, sig string) (httpAnswer, *answer) {
+	if c.limiter != nil {
+		if err := c.limiter.Wait(ctx); err != nil {
+			return httpAnswer{}, &answer{outcome: bankclient.OutcomeAmbiguous, err: fmt.Errorf("error waiting for the bank rate limit: %w", err)}
+		}
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		// The URL was validated in New: a bug, and nothing was sent.
+		return httpAnswer{}, &answer{outcome: bankclient.OutcomeAmbiguous, err: fmt.Errorf("error building request: %w", err)}
+	}
+	iid := uuid.NewString()
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "settle-bankclient-obie/1")
+	req.Header.Set(HeaderInteractionID, iid)
+	if c.auth != "" {
+		req.Header.Set("Authorization", string(c.auth))
+	}
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(HeaderIdempotencyKey, key)
+		req.Header.Set(HeaderJWSSignature, sig)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		// A certificate the client does not trust, or a handshake the
+		// bank refuses, will not mend in a second: configuration.
+		var certErr *tls.CertificateVerificationError
+		return httpAnswer{}, &answer{
+			outcome: bankclient.OutcomeAmbiguous,
+			err:     &bankclient.AmbiguousError{Err: fmt.Errorf("%w (%s %s)", err, HeaderInteractionID, iid)},
+			retry:   !errors.As(err, &certErr),
+		}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, c.maxBody+1))
+	if err != nil {
+		return httpAnswer{}, &answer{
+			outcome: bankclient.OutcomeAmbiguous,
+			err:     &bankclient.AmbiguousError{StatusCode: resp.StatusCode, Err: fmt.Errorf("error reading response body (%s %s): %w", HeaderInteractionID, iid, err)},
+			retry:   true,
+		}
+	}
+	a := httpAnswer{status: resp.StatusCode, header: resp.Header, body: data, interactionID: iid}
+	if int64(len(data)) > c.maxBody {
+		a.body, a.tooLarge = data[:c.maxBody], true
+	}
+	return a, nil
+}
+
+// call runs attempt under the client's retry policy: an ambiguous answer
+// that may clear up is retried with jittered exponential backoff, the
+// identical request every time; a 429 with Retry-After is waited out
+// within Retry.RateLimitWait without counting against MaxAttempts;
+// anything definitive, and the parent context ending, stops at once.
+func call[T any](ctx context.Context, c *Client, op, key string, attempt func(context.Context) (T, answer)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("error before contacting the bank: %w", err)
+	}
+	p := c.retry
+	start := time.Now()
+	interval := p.InitialInterval
+	rateLimitBudget := p.RateLimitWait
+	attempts, counted := 0, 0
+	var last *bankclient.AmbiguousError
+	for {
+		attempts++
+		counted++
+		actx, cancel := context.WithTimeout(ctx, c.timeout)
+		t0 := time.Now()
+		res, a := attempt(actx)
+		cancel()
+		if c.observe != nil {
+			c.observe(op, a.outcome, time.Since(t0))
+		}
+		if a.err == nil {
+			return res, nil
+		}
+		var ae *bankclient.AmbiguousError
+		if !errors.As(a.err, &ae) {
+			if last != nil {
+				// A wait before this attempt ended (the rate limit, the
+				// duplicate gap): an earlier attempt did leave, and its
+				// answer is what the caller must know.
+				last.Err = fmt.Errorf("%w (%w)", a.err, last.Err)
+				return zero, last
+			}
+			return zero, a.err
+		}
+		ae.Op, ae.Attempts = op, attempts
+		last = ae
+		c.logger.LogAttrs(ctx, slog.LevelWarn, "Open Banking answer not definitive",
+			slog.String("op", op), slog.String("key", key), slog.Int("attempt", attempts),
+			slog.Int("status", ae.StatusCode), slog.String("error", ae.Err.Error()))
+		if ctx.Err() != nil {
+			ae.Err = fmt.Errorf("%w (%w)", ctx.Err(), ae.Err)
+			return zero, ae
+		}
+		var wait time.Duration
+		switch {
+		case ae.StatusCode == http.StatusTooManyRequests && ae.RetryAfter > 0:
+			if ae.RetryAfter > rateLimitBudget {
+				return zero, ae
+			}
+			rateLimitBudget -= ae.RetryAfter
+			counted--
+			wait = ae.RetryAfter
+		case !a.retry || counted >= p.MaxAttempts || ae.RetryAfter > p.MaxInterval:
+			return zero, ae
+		default:
+			wait = max(ae.RetryAfter, jitter(interval, p.RandomizationFactor))
+			interval = min(time.Duration(float64(interval)*p.Multiplier), p.MaxInterval)
+			if time.Since(start)+wait > p.MaxElapsed {
+				return zero, ae
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			ae.Err = fmt.Errorf("%w (%w)", ctx.Err(), ae.Err)
+			return zero, ae
+		case <-t.C:
+		}
+	}
+}
+
+// jitter spreads d by ± factor.
+func jitter(d time.Duration, factor float64) time.Duration {
+	return time.Duration(float64(d) * (1 + factor*(2*rand.Float64()-1))) //nolint:gosec // G404: jitter, not a secret
+}
+
+// pacer keeps POSTs under one idempotency key at least gap apart (see
+// MinDuplicateGap). It remembers only the keys used within the last gap:
+// it delays, it never deduplicates.
+type pacer struct {
+	gap  time.Duration
+	now  func() time.Time
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// wait returns once a POST under key may leave, and records that it does.
+func (p *pacer) wait(ctx context.Context, key string) error {
+	for {
+		p.mu.Lock()
+		now := p.now()
+		for k, t := range p.last {
+			if now.Sub(t) >= p.gap {
+				delete(p.last, k)
+			}
+		}
+		t, seen := p.last[key]
+		if !seen {
+			p.last[key] = now
+			p.mu.Unlock()
+			return nil
+		}
+		d := p.gap - now.Sub(t)
+		p.mu.Unlock()
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package obie
+
+import (
+	"os"
+	"time"
+)
+
+// The environment the connector reads beside bankclient.OptionsFromEnv's
+// (SETTLE_BANK_TOKEN, SETTLE_BANK_SIGNING_KEY_FILE, SETTLE_BANK_CERT_FILE,
+// SETTLE_BANK_KEY_FILE, SETTLE_BANK_CA_FILE): the claims of the
+// x-jws-signature header (read-write data API profile, Message Signing,
+// Step 2).
+const (
+	// EnvISS is the http://openbanking.org.uk/iss claim: who signs. With
+	// the Open Banking Directory as trust anchor it is
+	// "{org-id}/{software-statement-id}"; with a certificate, the
+	// certificate's subject. Required for a bank that is not on this
+	// machine; DefaultISS otherwise.
+	EnvISS = "SETTLE_OBIE_ISS"
+	// EnvTAN is the http://openbanking.org.uk/tan claim: the domain of the
+	// trust anchor holding our public key (DefaultTAN).
+	EnvTAN = "SETTLE_OBIE_TAN"
+	// EnvKID is the kid header: the id the trust anchor knows our signing
+	// key by. Empty: the key's RFC 7638 thumbprint (SHA-256, base64url).
+	EnvKID = "SETTLE_OBIE_KID"
+)
+
+// Defaults of Config.
+const (
+	// DefaultISS identifies settle to a bank on this machine (the
+	// fakebank); a real bank needs SETTLE_OBIE_ISS.
+	DefaultISS = "settle"
+	// DefaultTAN is the Open Banking Directory's domain, the value the
+	// profile gives for it.
+	DefaultTAN = "openbanking.org.uk"
+)
+
+// Config is what the connector needs beyond bankclient.Options: the
+// claims it signs with, and its clock.
+type Config struct {
+	// ISS, TAN and KID are the signature's issuer, trust anchor and key
+	// id (see EnvISS, EnvTAN, EnvKID). Empty ISS and TAN take the
+	// defaults (ISS only for a loopback bank); empty KID the key's
+	// thumbprint.
+	ISS string
+	TAN string
+	KID string
+	// Now is the clock of the signature's iat claim and of the replay
+	// heuristic. Nil: time.Now.
+	Now func() time.Time
+}
+
+// ConfigFromEnv reads Config from the environment through getenv (pass
+// os.Getenv).
+func ConfigFromEnv(getenv func(string) string) Config {
+	return Config{ISS: getenv(EnvISS), TAN: getenv(EnvTAN), KID: getenv(EnvKID)}
+}
+
+// getenv is where Connector.New reads the environment: the connector's
+// edge, as bankclient.OptionsFromEnv is the engine's.
+var getenv = os.Getenv
