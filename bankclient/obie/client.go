@@ -389,6 +389,10 @@ func post[T any](ctx context.Context, c *Client, op, key, path string, body []by
 			return zero, answer{outcome: bankclient.OutcomeAmbiguous, err: fmt.Errorf("error waiting a second between requests under one key: %w", err)}
 		}
 		a, fail := c.roundTrip(actx, http.MethodPost, path, key, body, sig)
+		// The next duplicate waits a second from now: from when this one
+		// was done with, so however long it took to reach the bank, the
+		// bank sees them at least a second apart.
+		c.pace.mark(key)
 		if fail != nil {
 			return zero, *fail
 		}
@@ -555,6 +559,13 @@ type pacer struct {
 	now  func() time.Time
 	mu   sync.Mutex
 	last map[string]time.Time
+}
+
+// mark records that a POST under key has just been done with.
+func (p *pacer) mark(key string) {
+	p.mu.Lock()
+	p.last[key] = p.now()
+	p.mu.Unlock()
 }
 
 // wait returns once a POST under key may leave, and records that it does.
