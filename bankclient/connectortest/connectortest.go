@@ -28,6 +28,9 @@ type Target struct {
 	Profile string
 	// Options are extra client options (credentials, signing keys).
 	Options bankclient.Options
+	// Bank are extra bank options (the key the obie profile verifies
+	// signatures with); the suite sets Seed, Faults and Profile.
+	Bank fakebank.Options
 	// Request returns a payment request the bank accepts for reference.
 	Request func(reference string) bankclient.PaymentRequest
 	// SignWebhook, when the connector takes webhooks, signs body the way
@@ -43,11 +46,14 @@ type bundle struct {
 	bank   *fakebank.Bank
 	client bankclient.Bank
 	caps   bankclient.Capabilities
+	tg     Target
 }
 
 func start(t *testing.T, tg Target, faults bankclient.Faults) bundle {
 	t.Helper()
-	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 5, Faults: faults, Profile: tg.Profile})
+	bo := tg.Bank
+	bo.Seed, bo.Faults, bo.Profile = 5, faults, tg.Profile
+	bank, url := fakebanktest.NewServer(t, bo)
 	opts := tg.Options
 	opts.Timeout = 2 * time.Second
 	opts.Retry = bankclient.RetryPolicy{MaxAttempts: 1, RateLimitWait: time.Millisecond}
@@ -55,7 +61,37 @@ func start(t *testing.T, tg Target, faults bankclient.Faults) bundle {
 	if err != nil {
 		t.Fatalf("%s: New: %v", tg.Connector.Name, err)
 	}
-	return bundle{bank: bank, client: client, caps: tg.Connector.Capabilities}
+	return bundle{bank: bank, client: client, caps: tg.Connector.Capabilities, tg: tg}
+}
+
+// request returns the target's request for ref, and when the bank needs a
+// consent first (Capabilities.Consent) the consent too: created under
+// bankclient.ConsentKeyFor(ref) with the bank's faults off (they are meant
+// for the payment), it must be authorised at once (the bank's
+// consent_delay_ms is 0).
+func (b bundle) request(t *testing.T, ref string) bankclient.PaymentRequest {
+	t.Helper()
+	req := b.tg.Request(ref)
+	if !b.caps.Consent {
+		return req
+	}
+	cs, ok := b.client.(bankclient.Consenter)
+	if !ok {
+		t.Fatal("declares Consent but does not implement bankclient.Consenter")
+	}
+	faults := b.bank.Faults()
+	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	con, err := cs.CreateConsent(context.Background(), bankclient.ConsentKeyFor(ref), req)
+	if err := b.bank.SetFaults(faults); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || con.ID == "" || con.Status != bankclient.ConsentAuthorised {
+		t.Fatalf("the consent to %s: %+v, %v; want one authorised at once", ref, con, err)
+	}
+	req.ConsentID = con.ID
+	return req
 }
 
 // Run runs the whole suite against tg, each check a parallel subtest on a
@@ -66,7 +102,12 @@ func Run(t *testing.T, tg Target) {
 	t.Run("Ambiguity", func(t *testing.T) { t.Parallel(); ambiguity(t, tg) })
 	t.Run("RateLimit", func(t *testing.T) { t.Parallel(); rateLimit(t, tg) })
 	t.Run("Reference", func(t *testing.T) { t.Parallel(); reference(t, tg) })
-	t.Run("Webhook", func(t *testing.T) { t.Parallel(); webhook(t, tg) })
+	if tg.Connector.Capabilities.Consent {
+		t.Run("Consent", func(t *testing.T) { t.Parallel(); consent(t, tg) })
+	}
+	if tg.Connector.VerifyWebhook != nil {
+		t.Run("Webhook", func(t *testing.T) { t.Parallel(); webhook(t, tg) })
+	}
 }
 
 // sendReplayLookups: a send is accepted; the identical request under the
@@ -78,7 +119,7 @@ func sendReplayLookups(t *testing.T, tg Target) {
 	ctx := context.Background()
 	ref := "conf-send-1"
 	key := bankclient.KeyFor(ref)
-	req := tg.Request(ref)
+	req := b.request(t, ref)
 	first, err := b.client.Send(ctx, key, req)
 	if err != nil {
 		t.Fatalf("Send: %v", err)
@@ -161,18 +202,18 @@ func unknownPayment(t *testing.T, tg Target) {
 func ambiguity(t *testing.T, tg Target) {
 	ctx := context.Background()
 	b := start(t, tg, bankclient.Faults{FailBeforeRate: 1})
-	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-5xx"), tg.Request("conf-5xx")); !bankclient.IsAmbiguous(err) || bankclient.IsRejected(err) {
+	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-5xx"), b.request(t, "conf-5xx")); !bankclient.IsAmbiguous(err) || bankclient.IsRejected(err) {
 		t.Errorf("a 5xx before processing: %v, want ambiguous", err)
 	}
 	b = start(t, tg, bankclient.Faults{DropResponseRate: 1})
-	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-drop"), tg.Request("conf-drop")); !bankclient.IsAmbiguous(err) {
+	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-drop"), b.request(t, "conf-drop")); !bankclient.IsAmbiguous(err) {
 		t.Errorf("a lost response: %v, want ambiguous", err)
 	}
 	if st := b.bank.Stats(); st.Payments != 1 {
 		t.Errorf("a lost response left %d payments, want the one executed", st.Payments)
 	}
 	b = start(t, tg, bankclient.Faults{RejectRate: 1})
-	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-rej"), tg.Request("conf-rej")); !bankclient.IsRejected(err) || bankclient.IsAmbiguous(err) {
+	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-rej"), b.request(t, "conf-rej")); !bankclient.IsRejected(err) || bankclient.IsAmbiguous(err) {
 		t.Errorf("a definitive rejection: %v, want rejected", err)
 	}
 }
@@ -181,8 +222,9 @@ func ambiguity(t *testing.T, tg Target) {
 func rateLimit(t *testing.T, tg Target) {
 	b := start(t, tg, bankclient.Faults{RateLimitPerS: 0.001})
 	ctx := context.Background()
-	_, _ = b.client.Send(ctx, bankclient.KeyFor("conf-rl-0"), tg.Request("conf-rl-0")) // uses the one token
-	_, err := b.client.Send(ctx, bankclient.KeyFor("conf-rl-1"), tg.Request("conf-rl-1"))
+	req0, req1 := b.request(t, "conf-rl-0"), b.request(t, "conf-rl-1")
+	_, _ = b.client.Send(ctx, bankclient.KeyFor("conf-rl-0"), req0) // uses the one token
+	_, err := b.client.Send(ctx, bankclient.KeyFor("conf-rl-1"), req1)
 	var ae *bankclient.AmbiguousError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusTooManyRequests || ae.RetryAfter <= 0 {
 		t.Errorf("a 429: %v, want ambiguous with the Retry-After", err)
@@ -198,17 +240,55 @@ func reference(t *testing.T, tg Target) {
 	if b.caps.Reference(id) != ref {
 		t.Fatal("Reference is not stable")
 	}
-	res, err := b.client.Send(context.Background(), bankclient.KeyFor(id), tg.Request(ref))
+	res, err := b.client.Send(context.Background(), bankclient.KeyFor(id), b.request(t, ref))
 	if err != nil || res.Payment.Reference != ref {
 		t.Errorf("the short reference %q: %+v, %v", ref, res.Payment, err)
+	}
+}
+
+// consent, for a bank that needs consents: the identical consent request
+// under the same key names the same consent and creates no other; the
+// consent is found by its id, an id the bank never issued is
+// ErrPaymentNotFound; a 5xx is ambiguous, never a refusal.
+func consent(t *testing.T, tg Target) {
+	b := start(t, tg, bankclient.Faults{})
+	cs, ok := b.client.(bankclient.Consenter)
+	if !ok {
+		t.Fatal("declares Consent but does not implement bankclient.Consenter")
+	}
+	ctx := context.Background()
+	ref := "conf-consent-1"
+	req := tg.Request(ref)
+	first, err := cs.CreateConsent(ctx, bankclient.ConsentKeyFor(ref), req)
+	if err != nil || first.ID == "" || first.Status == bankclient.ConsentUnknown {
+		t.Fatalf("CreateConsent: %+v, %v", first, err)
+	}
+	again, err := cs.CreateConsent(ctx, bankclient.ConsentKeyFor(ref), req)
+	if err != nil || again.ID != first.ID {
+		t.Errorf("the consent's replay: %+v, %v; want consent %s", again, err, first.ID)
+	}
+	got, err := cs.ConsentByID(ctx, first.ID)
+	if err != nil || got.ID != first.ID || got.Status == bankclient.ConsentUnknown {
+		t.Errorf("ConsentByID: %+v, %v", got, err)
+	}
+	if _, err := cs.ConsentByID(ctx, "cns_999999999999"); !errors.Is(err, bankclient.ErrPaymentNotFound) {
+		t.Errorf("ConsentByID of an unknown id: %v, want ErrPaymentNotFound", err)
+	}
+	if st := b.bank.Stats(); st.Payments != 0 {
+		t.Errorf("consents made %d payments", st.Payments)
+	}
+	b = start(t, tg, bankclient.Faults{FailBeforeRate: 1})
+	cs = b.client.(bankclient.Consenter)
+	if _, err := cs.CreateConsent(ctx, bankclient.ConsentKeyFor(ref), req); !bankclient.IsAmbiguous(err) || bankclient.IsRejected(err) {
+		t.Errorf("a 5xx on the consent: %v, want ambiguous", err)
 	}
 }
 
 // webhook: a hint signed as the bank signs it verifies and names the
 // payment; a tampered or stale one does not.
 func webhook(t *testing.T, tg Target) {
-	if tg.Connector.VerifyWebhook == nil || tg.SignWebhook == nil {
-		t.Skipf("%s takes no webhooks", tg.Connector.Name)
+	if tg.SignWebhook == nil || tg.WebhookBody == nil {
+		t.Fatalf("%s verifies webhooks but the target cannot sign one", tg.Connector.Name)
 	}
 	const secret = "whsec_conformance" //nolint:gosec // G101: a test secret the suite signs and verifies with
 	p := bankclient.Payment{ID: "pay_000000000007", Reference: "conf-hook", IdempotencyKey: bankclient.KeyFor("conf-hook"), Status: bankclient.StatusSettled}
