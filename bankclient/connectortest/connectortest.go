@@ -198,7 +198,8 @@ func unknownPayment(t *testing.T, tg Target) {
 }
 
 // ambiguity: a 5xx before processing and a lost response are ambiguous,
-// never a rejection; the lost response executed the payment once.
+// never a rejection; the lost response executed the payment once; a
+// definitive rejection is one.
 func ambiguity(t *testing.T, tg Target) {
 	ctx := context.Background()
 	b := start(t, tg, bankclient.Faults{FailBeforeRate: 1})
@@ -212,9 +213,15 @@ func ambiguity(t *testing.T, tg Target) {
 	if st := b.bank.Stats(); st.Payments != 1 {
 		t.Errorf("a lost response left %d payments, want the one executed", st.Payments)
 	}
+	// A bank refuses definitively either by refusing the request or, as
+	// Open Banking does, by creating the payment as rejected: a failed
+	// payment.
 	b = start(t, tg, bankclient.Faults{RejectRate: 1})
-	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-rej"), b.request(t, "conf-rej")); !bankclient.IsRejected(err) || bankclient.IsAmbiguous(err) {
-		t.Errorf("a definitive rejection: %v, want rejected", err)
+	res, err := b.client.Send(ctx, bankclient.KeyFor("conf-rej"), b.request(t, "conf-rej"))
+	refused := bankclient.IsRejected(err) && !bankclient.IsAmbiguous(err)
+	failed := err == nil && res.Payment.Status == bankclient.StatusFailed
+	if !refused && !failed {
+		t.Errorf("a definitive rejection: %+v, %v; want rejected, or a failed payment", res.Payment, err)
 	}
 }
 
