@@ -3,6 +3,7 @@ package obie
 import (
 	"bytes"
 	"context"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -70,6 +71,7 @@ type Client struct {
 	hc      *http.Client
 	auth    bankclient.Secret // "Bearer <token>", or empty
 	sign    *signer
+	bankKey *rsa.PublicKey // nil: answers are not verified
 	now     func() time.Time
 	timeout time.Duration
 	retry   bankclient.RetryPolicy
@@ -124,6 +126,12 @@ func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	var bankKey *rsa.PublicKey
+	if cfg.BankKeyFile != "" {
+		if bankKey, err = loadRSAPublicKey(cfg.BankKeyFile); err != nil {
+			return nil, fmt.Errorf("error configuring Open Banking answer signatures: %s: %w", EnvBankKeyFile, err)
+		}
+	}
 	hc, err := httpClient(opts, base.Scheme == "https")
 	if err != nil {
 		return nil, err
@@ -136,6 +144,7 @@ func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
 		base:    base.Scheme + "://" + base.Host + path,
 		hc:      hc,
 		sign:    sg,
+		bankKey: bankKey,
 		now:     cfg.Now,
 		timeout: opts.Timeout,
 		retry:   opts.Retry.WithDefaults(),
@@ -464,6 +473,21 @@ func (c *Client) roundTrip(ctx context.Context, method, path, key string, body [
 	a := httpAnswer{status: resp.StatusCode, header: resp.Header, body: data, interactionID: iid}
 	if int64(len(data)) > c.maxBody {
 		a.body, a.tooLarge = data[:c.maxBody], true
+	}
+	if c.bankKey != nil && (a.status == http.StatusOK || a.status == http.StatusCreated || a.status == http.StatusBadRequest) {
+		// An answer we would act on that the bank did not sign is not
+		// the bank's word: not acted on, and not definitive.
+		if err := verifyDetached(resp.Header.Get(HeaderJWSSignature), a.body, c.bankKey, c.now()); err != nil || a.tooLarge {
+			if err == nil {
+				err = errors.New("the body is larger than the size limit")
+			}
+			return httpAnswer{}, &answer{
+				outcome: bankclient.OutcomeAmbiguous,
+				err: &bankclient.AmbiguousError{StatusCode: a.status,
+					Err: fmt.Errorf("%w: the answer's %s does not verify with the bank's key (%s): %w (%s %s)", bankclient.ErrMalformedResponse, HeaderJWSSignature, EnvBankKeyFile, err, HeaderInteractionID, iid)},
+				retry: a.status != http.StatusBadRequest,
+			}
+		}
 	}
 	return a, nil
 }

@@ -23,6 +23,11 @@ const (
 	// EnvKID is the kid header: the id the trust anchor knows our signing
 	// key by. Empty: the key's RFC 7638 thumbprint (SHA-256, base64url).
 	EnvKID = "SETTLE_OBIE_KID"
+	// EnvBankKeyFile is the bank's public key (PEM: a PUBLIC KEY, RSA
+	// PUBLIC KEY or CERTIFICATE): when set, every answer the connector
+	// acts on must carry an x-jws-signature that verifies with it. Empty:
+	// answers are not verified (mutual TLS vouches for the bank).
+	EnvBankKeyFile = "SETTLE_OBIE_BANK_PUBLIC_KEY_FILE"
 )
 
 // Defaults of Config.
@@ -45,6 +50,8 @@ type Config struct {
 	ISS string
 	TAN string
 	KID string
+	// BankKeyFile is the bank's public key (see EnvBankKeyFile).
+	BankKeyFile string
 	// Now is the clock of the signature's iat claim and of the replay
 	// heuristic. Nil: time.Now.
 	Now func() time.Time
@@ -53,7 +60,7 @@ type Config struct {
 // ConfigFromEnv reads Config from the environment through getenv (pass
 // os.Getenv).
 func ConfigFromEnv(getenv func(string) string) Config {
-	return Config{ISS: getenv(EnvISS), TAN: getenv(EnvTAN), KID: getenv(EnvKID)}
+	return Config{ISS: getenv(EnvISS), TAN: getenv(EnvTAN), KID: getenv(EnvKID), BankKeyFile: getenv(EnvBankKeyFile)}
 }
 
 // getenv is where Connector.New reads the environment: the connector's

@@ -3,12 +3,15 @@ package obie
 import (
 	"crypto"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -133,4 +136,134 @@ func (s *signer) sign(body []byte, now time.Time) (string, error) {
 		return "", fmt.Errorf("%w: %w", errSigning, err)
 	}
 	return sig, nil
+}
+
+// The bank's answers are signed too ("A request would be signed by a TPP's
+// private key and a response would be signed by the ASPSP's private key";
+// "The TPP should verify the signature of API responses that it
+// receives"). With the bank's public key (Config.BankKeyFile), every
+// answer the connector acts on (200, 201, 400) must carry a signature
+// that verifies over its body, or it is not acted on.
+
+// iatSkew is how far in the future a signature's iat may be, for clocks
+// that disagree a little.
+const iatSkew = time.Minute
+
+// loadRSAPublicKey reads a PEM RSA public key: a PUBLIC KEY, an RSA
+// PUBLIC KEY, or a CERTIFICATE.
+func loadRSAPublicKey(path string) (*rsa.PublicKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the bank's public key: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Errorf("no PEM block in %s", path)
+	}
+	var pub any
+	switch block.Type {
+	case "PUBLIC KEY":
+		pub, err = x509.ParsePKIXPublicKey(block.Bytes)
+	case "RSA PUBLIC KEY":
+		pub, err = x509.ParsePKCS1PublicKey(block.Bytes)
+	case "CERTIFICATE":
+		var cert *x509.Certificate
+		if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
+			pub = cert.PublicKey
+		}
+	default:
+		return nil, fmt.Errorf("the PEM block in %s is %q, not a public key or certificate", path, block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error parsing the key in %s: %w", path, err)
+	}
+	key, ok := pub.(*rsa.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("the key in %s is a %T, not RSA: PS256 signs with RSA", path, pub)
+	}
+	return key, nil
+}
+
+// verifyDetached checks sig, a detached JWS, over body with pub, as the
+// profile's "Process for Verifying a Signature" says: a JOSE header of
+// only the profile's parameters (alg PS256, kid, the three claims, crit
+// naming exactly them, optional typ JOSE and cty json), iat a number not
+// in the future, then the RSASSA-PSS signature over base64url(header) "."
+// base64url(body). (go-jose refuses to verify critical parameters it does
+// not know, so the signature is checked with crypto/rsa.)
+func verifyDetached(sig string, body []byte, pub *rsa.PublicKey, now time.Time) error {
+	parts := strings.Split(sig, ".")
+	if sig == "" {
+		return errors.New("no x-jws-signature")
+	}
+	if len(parts) != 3 || parts[1] != "" {
+		return errors.New("not a detached JWS (header..signature)")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return errors.New("the JOSE header is not base64url")
+	}
+	var h map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return errors.New("the JOSE header is not a JSON object")
+	}
+	str := func(name string) string {
+		var s string
+		_ = json.Unmarshal(h[name], &s)
+		return s
+	}
+	for name := range h {
+		switch name {
+		case "alg", "kid", "typ", "cty", "crit", HeaderIAT, HeaderISS, HeaderTAN:
+		default:
+			return fmt.Errorf("the JOSE header has %q, which the profile does not allow", bankclient.Sanitize(name))
+		}
+	}
+	var iat float64
+	var crit []string
+	switch {
+	case str("alg") != string(jose.PS256):
+		return errors.New("alg is not PS256")
+	case str("kid") == "" || str(HeaderISS) == "" || str(HeaderTAN) == "":
+		return errors.New("kid, iss or tan missing")
+	case h["typ"] != nil && str("typ") != "JOSE":
+		return errors.New("typ is not JOSE")
+	case h["cty"] != nil && str("cty") != "json" && str("cty") != "application/json":
+		return errors.New("cty is not json")
+	case json.Unmarshal(h[HeaderIAT], &iat) != nil:
+		return errors.New("iat is not a number")
+	case time.Unix(int64(iat), 0).After(now.Add(iatSkew)):
+		return errors.New("iat is in the future")
+	case json.Unmarshal(h["crit"], &crit) != nil || !sameSet(crit, []string{HeaderIAT, HeaderISS, HeaderTAN}):
+		return errors.New("crit does not name exactly the three claims")
+	}
+	s, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return errors.New("the signature is not base64url")
+	}
+	digest := sha256.Sum256([]byte(parts[0] + "." + base64.RawURLEncoding.EncodeToString(body)))
+	if err := rsa.VerifyPSS(pub, crypto.SHA256, digest[:], s, &rsa.PSSOptions{SaltLength: rsa.PSSSaltLengthEqualsHash}); err != nil {
+		return errors.New("the signature does not verify over the body")
+	}
+	return nil
+}
+
+// sameSet reports whether a and b hold the same strings, each once.
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, s := range a {
+		if seen[s] {
+			return false
+		}
+		seen[s] = true
+	}
+	for _, s := range b {
+		if !seen[s] {
+			return false
+		}
+	}
+	return true
 }
