@@ -19,6 +19,21 @@
 // request under the same key within 24 hours (the bank answers 201 with
 // the current resource), and returns are only seen on statements.
 //
+// Configuration, from the environment only (no key or token is ever logged):
+//
+//	SETTLE_BANK_TOKEN                 the bearer token (Authorization: Bearer …)
+//	SETTLE_BANK_SIGNING_KEY_FILE      PEM RSA private key (PKCS#1 or PKCS#8, ≥ 2048 bits): required
+//	SETTLE_BANK_CERT_FILE             PEM client certificate for mutual TLS (https only)
+//	SETTLE_BANK_KEY_FILE              its PEM private key
+//	SETTLE_BANK_CA_FILE               PEM CAs to trust for the bank instead of the system's
+//	SETTLE_OBIE_ISS                   the signature's iss: required unless the bank is on this machine ("settle")
+//	SETTLE_OBIE_TAN                   the signature's tan (default openbanking.org.uk)
+//	SETTLE_OBIE_KID                   the signature's kid (default the key's RFC 7638 thumbprint)
+//	SETTLE_OBIE_BANK_PUBLIC_KEY_FILE  the bank's public key: answers must then be signed with it
+//
+// --bank-url is the bank's host and any participant path prefix;
+// /open-banking/v3.1/pisp is appended unless the URL already ends in it.
+//
 // It owns the mapping between settle's bank contract (package bankclient)
 // and that API: the request bodies, the status tables, the answer classes
 // (by HTTP status and the OBIE error codes, never by message text) and the
