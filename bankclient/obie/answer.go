@@ -80,7 +80,13 @@ func ConsentStatus(code string) bankclient.ConsentStatus {
 // The OBIE error codes (OBError1.ErrorCode, OpenAPI document) that
 // classify a 400 answer to a POST. The profile says of a 400 that "The
 // requested operation will not be carried out"; these codes say why, and
-// each is a refusal of this request as it stands.
+// each is a refusal of this request as it stands. Not among them:
+// UK.OBIE.Resource.InvalidConsentStatus, the answer to a payment whose
+// consent is not Authorised. The consent may be Consumed by a payment made
+// under it — ours, sent under this key before the bank forgot the key — so
+// it says nothing definite about this settlement's payment, and is
+// ambiguous. (The engine POSTs a payment only once it saw its consent
+// Authorised; one Rejected since ends flagged for the operator.)
 var refusalCodes = map[string]bool{
 	"UK.OBIE.Field.Expected":                         true,
 	"UK.OBIE.Field.Invalid":                          true,
@@ -90,7 +96,6 @@ var refusalCodes = map[string]bool{
 	"UK.OBIE.Header.Invalid":                         true,
 	"UK.OBIE.Header.Missing":                         true,
 	"UK.OBIE.Resource.ConsentMismatch":               true,
-	"UK.OBIE.Resource.InvalidConsentStatus":          true,
 	"UK.OBIE.Resource.InvalidFormat":                 true,
 	"UK.OBIE.Resource.NotFound":                      true,
 	"UK.OBIE.Rules.AfterCutOffDateTime":              true,
@@ -134,8 +139,9 @@ var ErrSignatureRefused = errors.New("the bank refused the request's signature (
 //	400, a UK.OBIE.Signature.* code             *RejectedError + ErrSignatureRefused
 //	400, every code a field/format/rules one    *RejectedError (refusalCodes)
 //	400, UnexpectedError, DuplicateReference,   *AmbiguousError, not retried: the bank may hold
-//	     an unknown code or no OB error body      a payment for this request (DuplicateReference
-//	                                            says one exists with our reference)
+//	     InvalidConsentStatus, an unknown code    a payment for this request (DuplicateReference
+//	     or no OB error body                      says one exists with our reference; a consent
+//	                                            no longer Authorised may be consumed by ours)
 //	anything else                               as classifyOther
 func classifyPost(a httpAnswer) answer {
 	if a.status != http.StatusBadRequest {

@@ -82,7 +82,7 @@ func TestSendClassifiedByStatusAndCode(t *testing.T) {
 		{"a missing field is a refusal", 400, nil, obErr("UK.OBIE.Field.Missing", "Data.ConsentId"), rejected("UK.OBIE.Field.Missing")},
 		{"an unsupported scheme is a refusal", 400, nil, obErr("UK.OBIE.Unsupported.Scheme", "Data.Initiation.CreditorAccount.SchemeName"), rejected("UK.OBIE.Unsupported.Scheme")},
 		{"a consent mismatch is a refusal", 400, nil, obErr("UK.OBIE.Resource.ConsentMismatch", "Data.Initiation"), rejected("UK.OBIE.Resource.ConsentMismatch")},
-		{"a consent not authorised is a refusal", 400, nil, obErr("UK.OBIE.Resource.InvalidConsentStatus", ""), rejected("UK.OBIE.Resource.InvalidConsentStatus")},
+		{"a consent no longer authorised is not a refusal (our own payment may have consumed it)", 400, nil, obErr("UK.OBIE.Resource.InvalidConsentStatus", "Data.ConsentId"), bankclient.IsAmbiguous},
 		{"a bad signature is a refusal that says so", 400, nil, obErr("UK.OBIE.Signature.Invalid", "x-jws-signature"), func(err error) bool {
 			var re *bankclient.RejectedError
 			return errors.As(err, &re) && re.Code == "UK.OBIE.Signature.Invalid" && errors.Is(err, obie.ErrSignatureRefused) && !bankclient.IsAmbiguous(err)
