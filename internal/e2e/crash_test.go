@@ -20,7 +20,7 @@ import (
 // it at most once.
 func TestCrashPoints(t *testing.T) {
 	t.Parallel()
-	crashPoints(t, bankclient.SettleConnector.Name, "bene-1")
+	crashPoints(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-1"})
 }
 
 // TestCrashPointsStripe is TestCrashPoints through the Stripe connector
@@ -28,23 +28,51 @@ func TestCrashPoints(t *testing.T) {
 // its own id and replays the original response.
 func TestCrashPointsStripe(t *testing.T) {
 	t.Parallel()
-	crashPoints(t, "stripe", "ba_1CrashTest")
+	crashPoints(t, target{name: "stripe", beneficiary: "ba_1CrashTest"})
 }
 
-// crashPoints runs the crash points against the bank of connector name,
-// paying beneficiary.
-func crashPoints(t *testing.T, name, beneficiary string) {
-	for _, point := range crash.Points {
+// target is a bank connector the end-to-end tests run against.
+type target struct {
+	name        string
+	beneficiary string
+	// currency is the settlements' (default EUR).
+	currency string
+	// points are crash points beyond crash.Points (the consent step's).
+	points []string
+	// start starts the fakebank with faults and returns it with the
+	// environment the workers need (its credentials); nil: startBankAs.
+	start func(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []string)
+}
+
+func (tg target) bank(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []string) {
+	t.Helper()
+	if tg.start != nil {
+		return tg.start(t, seed, faults)
+	}
+	return startBankAs(t, seed, faults, tg.name), nil
+}
+
+func (tg target) cur() string {
+	if tg.currency == "" {
+		return "EUR"
+	}
+	return tg.currency
+}
+
+// crashPoints runs the crash points against the bank of tg.
+func crashPoints(t *testing.T, tg target) {
+	for _, point := range append(append([]string(nil), crash.Points...), tg.points...) {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t)
 			// The settle delay makes the confirmation happen in a
-			// reconcile_settlement job, after the send.
-			b := startBankAs(t, 1, bankclient.Faults{SettleDelayMS: 300}, name)
-			flags := append(workerFlags(b.url), "--bank", name)
-			ev := intake.Event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: "EUR", Beneficiary: beneficiary, EventID: "first"}
+			// reconcile_settlement job, after the send (and the consent
+			// delay, where there is one, a consent check before it).
+			b, env := tg.bank(t, 1, bankclient.Faults{SettleDelayMS: 300, ConsentDelayMS: 300})
+			flags := append(workerFlags(b.url), "--bank", tg.name)
+			ev := intake.Event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: tg.cur(), Beneficiary: tg.beneficiary, EventID: "first"}
 
-			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)
+			w1 := startWorker(t, "w1", db.URL, append([]string{"SETTLE_CRASH_AT=" + point}, env...), flags...)
 			code, err := post(w1.URL(), ev)
 			// The worker may die before answering (intake points): the
 			// producer then redelivers.
@@ -55,7 +83,7 @@ func crashPoints(t *testing.T, name, beneficiary string) {
 				t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
 			}
 
-			w2 := startWorker(t, "w2", db.URL, nil, flags...)
+			w2 := startWorker(t, "w2", db.URL, env, flags...)
 			ev.EventID = "redelivery"
 			code, err = post(w2.URL(), ev)
 			if err != nil || (code != http.StatusOK && code != http.StatusCreated) {
