@@ -3,15 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +14,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	_ "github.com/settle/settle/bankclient/obie" // the obie connector, for --bank obie
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/fakebank/obietest"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/crash"
@@ -38,18 +34,7 @@ var obieTarget = target{name: "obie", beneficiary: obieBeneficiary, currency: "G
 // fresh key, and returns the workers' environment holding that key.
 func startOBIE(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []string) {
 	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "signing.pem")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key, path, _ := obietest.SigningKey(t)
 	b := startBankOpts(t, fakebank.Options{Seed: seed, Faults: faults, Profile: "obie", JWSPublicKey: &key.PublicKey}, "obie")
 	return b, []string{bankclient.EnvSigningKeyFile + "=" + path, bankclient.EnvToken + "=obie-e2e-token"}
 }
