@@ -270,27 +270,11 @@ func TestConsentStepRacesPayOnce(t *testing.T) {
 	if r := readRow(t, ob.db, "cons-race"); r.movements != 1 || r.moveAmount != 4100 {
 		t.Errorf("%+v: want one movement of 4100", r)
 	}
-	ps, err := bankclient.AllPayments(ctx, booksOf{ob.bank})
+	ps, err := bankclient.AllPayments(ctx, fakebanktest.Books(ob.bank))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v, err := CheckInvariants(ctx, ob.db.Pool, Expect{CheckBank: true, Payments: ps, Recovered: true}); err != nil || len(v) > 0 {
 		t.Errorf("invariants: %v %v", v, err)
 	}
-}
-
-// booksOf is a fakebank's books as a Bank that can only list (Open
-// Banking has no list of payments).
-type booksOf struct{ fb *fakebank.Bank }
-
-func (booksOf) Send(context.Context, string, bankclient.PaymentRequest) (bankclient.SendResult, error) {
-	return bankclient.SendResult{}, bankclient.ErrUnsupported
-}
-
-func (booksOf) StatusByKey(context.Context, string) (bankclient.Payment, error) {
-	return bankclient.Payment{}, bankclient.ErrUnsupported
-}
-
-func (b booksOf) Statement(_ context.Context, after string, limit int) (bankclient.StatementPage, error) {
-	return b.fb.Books(after, limit)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	_ "github.com/settle/settle/bankclient/stripe" // the stripe connector, for --bank stripe
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/checktest"
@@ -207,28 +208,13 @@ func checkInvariants(t *testing.T, db *dbtest.DB, b *bank, want map[string]int64
 func (b *bank) books(t *testing.T) bankclient.Bank {
 	t.Helper()
 	if b.conn.Capabilities.NoList {
-		return booksOnly{b.Bank}
+		return fakebanktest.Books(b.Bank)
 	}
 	client, err := b.conn.New(b.url, bankclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return client
-}
-
-// booksOnly is a fakebank's books as a bankclient.Bank that can only list.
-type booksOnly struct{ fb *fakebank.Bank }
-
-func (booksOnly) Send(context.Context, string, bankclient.PaymentRequest) (bankclient.SendResult, error) {
-	return bankclient.SendResult{}, bankclient.ErrUnsupported
-}
-
-func (booksOnly) StatusByKey(context.Context, string) (bankclient.Payment, error) {
-	return bankclient.Payment{}, bankclient.ErrUnsupported
-}
-
-func (o booksOnly) Statement(_ context.Context, after string, limit int) (bankclient.StatementPage, error) {
-	return o.fb.Books(after, limit)
 }
 
 // lockedURLs is a set of worker URLs that changes as workers restart.
