@@ -24,19 +24,30 @@ import (
 // otherwise, and the bank must have paid no settlement twice.
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
-	endToEnd(t, bankclient.SettleConnector.Name, "bene-%04d")
+	endToEnd(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-%04d"})
 }
 
 // TestEndToEndStripe is TestEndToEnd through the Stripe connector and the
 // fakebank's stripe profile (beneficiaries are Stripe bank account ids).
 func TestEndToEndStripe(t *testing.T) {
 	t.Parallel()
-	endToEnd(t, "stripe", "ba_e2e%04d")
+	endToEnd(t, target{name: "stripe", beneficiary: "ba_e2e%04d"})
 }
 
-// endToEnd runs the acceptance test against the bank of connector name,
+// TestEndToEndOBIE is TestEndToEnd through the UK Open Banking connector
+// and the fakebank's obie profile: every settlement a consent (authorised
+// after a customer's delay, its requests as faulty as the payments'), then
+// a payment, both signed; sterling to sort codes.
+func TestEndToEndOBIE(t *testing.T) {
+	t.Parallel()
+	tg := obieTarget
+	tg.beneficiary = "SortCodeAccountNumber:0808002132%04d:ACME Ltd"
+	endToEnd(t, tg)
+}
+
+// endToEnd runs the acceptance test against the bank of tg, its
 // beneficiary formatting each settlement's number.
-func endToEnd(t *testing.T, name, beneficiary string) {
+func endToEnd(t *testing.T, tg target) {
 	if testing.Short() {
 		t.Skip("multi-process end-to-end test")
 	}
@@ -47,15 +58,16 @@ func endToEnd(t *testing.T, name, beneficiary string) {
 		batchSize = 25
 	)
 	db := dbtest.New(t)
-	b := startBankAs(t, 42, bankclient.Faults{
+	name := tg.name
+	b, env := tg.bank(t, 42, bankclient.Faults{
 		FailBeforeRate: 0.10, DropResponseRate: 0.20, StatusErrorRate: 0.15,
-		LatencyMinMS: 0, LatencyMaxMS: 40, SettlementFailureRate: 0.03, SettleDelayMS: 200,
-	}, name)
+		LatencyMinMS: 0, LatencyMaxMS: 40, SettlementFailureRate: 0.03, SettleDelayMS: 200, ConsentDelayMS: 150,
+	})
 	flags := append(workerFlags(b.url), "--bank", name)
 	workers := make([]*workertest.Worker, 3)
 	urls := &lockedURLs{urls: make([]string, 3)}
 	for i := range workers {
-		workers[i] = startWorker(t, fmt.Sprintf("w%d", i), db.URL, nil, flags...)
+		workers[i] = startWorker(t, fmt.Sprintf("w%d", i), db.URL, env, flags...)
 		urls.set(i, workers[i].URL())
 	}
 
@@ -70,8 +82,11 @@ func endToEnd(t *testing.T, name, beneficiary string) {
 			AccountID:    fmt.Sprintf("acc-%03d", i%37),
 			AmountCents:  int64(100 + rng.IntN(1_000_000)),
 			Currency:     []string{"EUR", "USD", "GBP"}[i%3],
-			Beneficiary:  fmt.Sprintf(beneficiary, i),
+			Beneficiary:  fmt.Sprintf(tg.beneficiary, i),
 			EventID:      fmt.Sprintf("evt-%04d-a", i),
+		}
+		if tg.currency != "" {
+			ev.Currency = tg.currency
 		}
 		want[ev.SettlementID] = ev.AmountCents
 		stream = append(stream, ev)
@@ -113,7 +128,7 @@ func endToEnd(t *testing.T, name, beneficiary string) {
 			workers[0].Kill()
 			t.Logf("SIGKILLed w0 after %d of %d batches (%s), with %d bank jobs running and %d settlements open; leader was %s",
 				bi, batches, time.Since(start).Round(time.Millisecond), running, open, leader)
-			workers[0] = startWorker(t, "w0-restarted", db.URL, nil, flags...)
+			workers[0] = startWorker(t, "w0-restarted", db.URL, env, flags...)
 			urls.set(0, workers[0].URL())
 		}
 		statuses := deliverBatch(t, urls, bi, evs)
