@@ -560,11 +560,6 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	if att.id != 0 {
-		if err := finishAttempt(ctx, tx, att, now); err != nil {
-			return Outcome{}, err
-		}
-	}
 	if d.Moves(f.State) {
 		err := statemachine.Transition(ctx, tx, statemachine.Change{
 			SettlementID: f.SettlementID, From: f.State, To: d.To, Reason: d.Reason, At: now,
@@ -588,7 +583,16 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 			return Outcome{}, fmt.Errorf("error applying decision for settlement %s: %w", f.SettlementID, err)
 		}
 	}
-	tag, err := tx.Exec(ctx, `
+	// The attempt's answer, the bank's facts and the movement travel in
+	// one round trip. Each statement is conditioned on the settlement being
+	// in the decided state, so a lost race writes nothing that is kept: it
+	// is rolled back below.
+	b := &pgx.Batch{}
+	if att.id != 0 {
+		q, args := finishAttemptQuery(att, now)
+		b.Queue(q, args...)
+	}
+	b.Queue(`
 		UPDATE settlements
 		SET bank_payment_id = COALESCE($3, bank_payment_id),
 		    bank_status = COALESCE($4, bank_status),
@@ -605,11 +609,33 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		f.SettlementID, string(d.To), paymentID, bankStatus, nextCheck,
 		flagReason != "", nullable(flagReason), checks, now,
 		consentID, consentStatus, consentRequested, consentExpires, d.Pay)
+	kind := ""
+	if d.WriteMovement || d.WriteReversal {
+		kind = "payout"
+		if d.WriteReversal {
+			kind = "reversal"
+		}
+		b.Queue(`
+			INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency, bank_payment_id, created_at)
+			SELECT settlement_id, $4, account_id, amount_cents, currency, coalesce($2, bank_payment_id), $3
+			FROM settlements WHERE settlement_id = $1 AND state = $5`,
+			f.SettlementID, paymentID, now, kind, string(d.To))
+	}
+	br := tx.SendBatch(ctx, b)
+	if att.id != 0 {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return Outcome{}, fmt.Errorf("error recording bank attempt %d: %w", att.id, err)
+		}
+	}
+	tag, err := br.Exec()
 	if err != nil {
+		br.Close()
 		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
 	}
 	if tag.RowsAffected() == 0 {
 		// It stayed in its state in our decision, but not in the database.
+		br.Close()
 		_ = tx.Rollback(ctx)
 		r.finishAttempt(ctx, att)
 		out.Done, out.LostRace, out.FlagReason = true, true, ""
@@ -618,18 +644,14 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 			slog.String("answer", string(att.answer.Kind)))
 		return out, nil
 	}
-	if d.WriteMovement || d.WriteReversal {
-		kind := "payout"
-		if d.WriteReversal {
-			kind = "reversal"
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency, bank_payment_id, created_at)
-			SELECT settlement_id, $4, account_id, amount_cents, currency, coalesce($2, bank_payment_id), $3
-			FROM settlements WHERE settlement_id = $1`,
-			f.SettlementID, paymentID, now, kind); err != nil {
+	if kind != "" {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
 			return Outcome{}, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
 		}
+	}
+	if err := br.Close(); err != nil {
+		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
 	}
 	if hook != nil {
 		if err := hook(ctx, tx, out); err != nil {
@@ -727,6 +749,15 @@ func (r *Resolver) finishAttempt(ctx context.Context, att attempt) {
 }
 
 func finishAttempt(ctx context.Context, tx pgx.Tx, att attempt, now time.Time) error {
+	q, args := finishAttemptQuery(att, now)
+	if _, err := tx.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("error recording bank attempt %d: %w", att.id, err)
+	}
+	return nil
+}
+
+// finishAttemptQuery is the statement that records an attempt's answer.
+func finishAttemptQuery(att attempt, now time.Time) (string, []any) {
 	outcome := string(att.answer.Kind)
 	if !att.sent {
 		outcome = "not_sent"
@@ -743,12 +774,9 @@ func finishAttempt(ctx context.Context, tx pgx.Tx, att attempt, now time.Time) e
 	if len(detail) > maxDetailLen {
 		detail = strings.ToValidUTF8(detail[:maxDetailLen], "")
 	}
-	if _, err := tx.Exec(ctx, `
+	return `
 		UPDATE bank_attempts SET finished_at = $2, outcome = $3, bank_status = $4, http_status = $5, detail = $6
-		WHERE id = $1`, att.id, now, outcome, bankStatus, httpStatus, nullable(detail)); err != nil {
-		return fmt.Errorf("error recording bank attempt %d: %w", att.id, err)
-	}
-	return nil
+		WHERE id = $1`, []any{att.id, now, outcome, bankStatus, httpStatus, nullable(detail)}
 }
 
 func nullable(s string) *string {
