@@ -15,13 +15,14 @@ import (
 
 // Defaults of Deps.
 const (
-	DefaultBankConcurrency        = 50
+	DefaultBankConcurrency        = 100
 	DefaultMaintenanceConcurrency = 2
 	DefaultSweepInterval          = 5 * time.Second
 	DefaultSweepBatch             = 1000
 	DefaultRetentionInterval      = time.Hour
 	DefaultJobTimeout             = time.Minute
 	DefaultFetchPollInterval      = time.Second
+	DefaultFetchCooldown          = 5 * time.Millisecond
 	DefaultSoftStopTimeout        = 10 * time.Second
 )
 
@@ -62,6 +63,10 @@ type Deps struct {
 	// FetchPollInterval is how often an idle worker polls for jobs (it is
 	// also woken by LISTEN/NOTIFY).
 	FetchPollInterval time.Duration
+	// FetchCooldown is the least time between two fetches of one queue
+	// while jobs flow: a queue works at most its concurrency per cooldown.
+	// Default DefaultFetchCooldown (at most FetchPollInterval).
+	FetchCooldown time.Duration
 	// SoftStopTimeout is how long a stopping worker lets in-flight jobs
 	// finish before cancelling them. Default DefaultSoftStopTimeout.
 	SoftStopTimeout time.Duration
@@ -104,6 +109,10 @@ func (d Deps) withDefaults() Deps {
 	if d.SoftStopTimeout <= 0 {
 		d.SoftStopTimeout = DefaultSoftStopTimeout
 	}
+	if d.FetchCooldown <= 0 {
+		d.FetchCooldown = DefaultFetchCooldown
+	}
+	d.FetchCooldown = min(d.FetchCooldown, d.FetchPollInterval)
 	return d
 }
 
@@ -182,7 +191,7 @@ func NewRiverConfig(deps Deps) *river.Config {
 		PeriodicJobs:         PeriodicJobs(d),
 		JobTimeout:           d.JobTimeout,
 		RescueStuckJobsAfter: d.RescueAfter,
-		FetchCooldown:        min(100*time.Millisecond, d.FetchPollInterval),
+		FetchCooldown:        d.FetchCooldown,
 		FetchPollInterval:    d.FetchPollInterval,
 		SoftStopTimeout:      d.SoftStopTimeout,
 	}

@@ -43,7 +43,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("worker", "[flags]", workerDescription, s)
 	c := worker.DefaultConfig()
 	var logFormat, logLevel, cpuProfile string
-	dbMaxConns := 20
+	dbMaxConns := worker.DefaultDBMaxConns
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the HTTP API (port 0 picks a free port)")
 	c.BankURL = "" // the connector's own unless given
 	fs.StringVar(&c.BankURL, "bank-url", "", "base URL of the bank (default: the connector's own, "+connectorURLs()+")")
@@ -71,6 +71,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.CheckInterval, "check-interval", c.CheckInterval, "delay before the first status check; doubles with every check")
 	fs.DurationVar(&c.MaxCheckInterval, "max-check-interval", c.MaxCheckInterval, "longest delay between status checks")
 	fs.DurationVar(&c.FetchPollInterval, "fetch-poll-interval", c.FetchPollInterval, "how often an idle worker polls for jobs (it is also woken on insert)")
+	fs.DurationVar(&c.FetchCooldown, "fetch-cooldown", c.FetchCooldown, "least time between two fetches of one queue while jobs flow (a queue works at most --bank-concurrency jobs per cooldown; at most --fetch-poll-interval)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if code, done := parseFlags(fs, args); done {
 		return code

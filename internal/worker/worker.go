@@ -42,6 +42,10 @@ import (
 // DefaultListen is the default address of the worker's HTTP API.
 const DefaultListen = "127.0.0.1:8080"
 
+// DefaultDBMaxConns is the default size of the worker's database pool,
+// which intake and River share (BENCHMARKS.md says how it was chosen).
+const DefaultDBMaxConns = 20
+
 // Config is everything the worker is told. DefaultConfig holds the
 // defaults; zero durations and counts are errors, not defaults, so that a
 // flag set to 0 by mistake is refused rather than silently replaced.
@@ -91,6 +95,7 @@ type Config struct {
 	CheckInterval     time.Duration
 	MaxCheckInterval  time.Duration
 	FetchPollInterval time.Duration
+	FetchCooldown     time.Duration
 
 	// Logger receives the worker's structured logs (default: discarded).
 	Logger *slog.Logger
@@ -120,6 +125,7 @@ func DefaultConfig() Config {
 		CheckInterval:     reconcile.DefaultCheckInterval,
 		MaxCheckInterval:  reconcile.DefaultMaxCheckInterval,
 		FetchPollInterval: jobs.DefaultFetchPollInterval,
+		FetchCooldown:     jobs.DefaultFetchCooldown,
 	}
 }
 
@@ -150,8 +156,8 @@ func (c Config) Validate() error {
 	case c.BankAttempts < 1:
 		return errors.New("--bank-attempts must be at least 1")
 	case c.BankTimeout <= 0 || c.JobTimeout <= 0 || c.SweepInterval <= 0 || c.RetentionInterval <= 0 ||
-		c.CheckInterval <= 0 || c.MaxCheckInterval <= 0 || c.FetchPollInterval <= 0 || c.ShutdownTimeout <= 0:
-		return errors.New("--bank-timeout, --job-timeout, --sweep-interval, --retention-interval, --check-interval, --max-check-interval, --fetch-poll-interval and --shutdown-timeout must be positive")
+		c.CheckInterval <= 0 || c.MaxCheckInterval <= 0 || c.FetchPollInterval <= 0 || c.FetchCooldown <= 0 || c.ShutdownTimeout <= 0:
+		return errors.New("--bank-timeout, --job-timeout, --sweep-interval, --retention-interval, --check-interval, --max-check-interval, --fetch-poll-interval, --fetch-cooldown and --shutdown-timeout must be positive")
 	case c.BankConcurrency <= 0:
 		return errors.New("--bank-concurrency must be positive")
 	case c.RescueAfter < 0 || c.Lease < 0:
@@ -352,6 +358,7 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 		JobTimeout:        c.JobTimeout,
 		RescueAfter:       c.RescueAfter,
 		FetchPollInterval: c.FetchPollInterval,
+		FetchCooldown:     c.FetchCooldown,
 		// Jobs still running after two thirds of the shutdown budget are
 		// cancelled (their bank answer, if any, is still recorded) and
 		// retried by another worker or after the restart.
