@@ -110,6 +110,9 @@ type PoolOptions struct {
 	IdleInTxTimeout time.Duration
 	// ApplicationName shows in pg_stat_activity (default "settle").
 	ApplicationName string
+	// Tracer, when set, traces every connection's queries (the benchmark
+	// counts round trips with it).
+	Tracer pgx.QueryTracer
 }
 
 // Connect opens a pool to url with settle's limits.
@@ -142,6 +145,9 @@ func Connect(ctx context.Context, url string, o PoolOptions) (*pgxpool.Pool, err
 	rp["lock_timeout"] = fmt.Sprint(o.LockTimeout.Milliseconds())
 	rp["idle_in_transaction_session_timeout"] = fmt.Sprint(o.IdleInTxTimeout.Milliseconds())
 	rp["application_name"] = o.ApplicationName
+	if o.Tracer != nil {
+		cfg.ConnConfig.Tracer = o.Tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating the connection pool: %w", err)
