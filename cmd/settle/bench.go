@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/settle/settle/intake"
@@ -17,7 +19,7 @@ every figure's baseline in the same run on the same database: the claim is
 the ratio. It works in a database of its own, settle_bench (dropped and
 created afresh on every run, next to the one DATABASE_URL or the embedded
 default points at); it never touches settle's data. It starts a fakebank in
-this process (zero latency, no faults) and a "settle worker" subprocess, and
+this process (zero latency, no faults; then one answering in 100 ms) and a "settle worker" subprocess, and
 stops both before it exits.
 
 Figures and their baselines:
@@ -25,33 +27,57 @@ Figures and their baselines:
                          the commit rate of this database on this machine
   intake_single_per_s    events/s through POST /v1/settlements at --concurrency
                          (the intake API in-process, River only inserting);
-                         target >= 0.8 x insert_baseline_per_s
+                         target >= 0.5 x insert_baseline_per_s
   intake_batch_per_s     events/s through POST /v1/settlements/batch, --batch
                          events per request; target >= 5 x insert_baseline_per_s
-  river_noop_jobs_per_s  River working no-op jobs with the worker's client
-                         settings and pool size, first insert to last completion
-  e2e_per_s              settlements/s from submission (batches to the worker's
-                         API) to confirmed with a ledger movement
-  jobs_per_settlement    River jobs worked per settlement in the e2e run;
-                         target e2e_per_s >= 0.5 x river_noop_jobs_per_s /
+  round_trips_per_event  client round trips to PostgreSQL of one single event
+                         (pgx tracer), with commits_per_event and
+                         rows_per_event (pg_stat_database)
+  river_noop_jobs_per_s  River working no-op jobs with the worker's default
+                         client settings and pool size, first insert to last
+                         completion
+  river_noop_best_jobs_per_s
+                         the best of a small search over the queue's
+                         MaxWorkers and FetchCooldown (river_best_settings,
+                         every run in river_search): River's ceiling here
+  e2e_per_s              settlements/s from submission (batches to the API of
+                         a worker on its defaults) to confirmed with a ledger
+                         movement, fakebank at zero latency;
+                         target >= 0.5 x insert_baseline_per_s / 3 (three
+                         commits per settlement is the floor) and, the
+                         moonshot, >= 0.5 x river_noop_best_jobs_per_s /
                          jobs_per_settlement
+  jobs_per_settlement    River jobs worked per settlement in the e2e run
+  commits_per_settlement every commit of the e2e run per settlement (also as
+                         e2e_db_commits_per_settlement), with
+                         rows_per_settlement (pg_stat_database)
+  e2e_latency100_per_s   e2e_per_s with a bank answering in 100 ms, against
+                         e2e_latency100_bound_per_s = bank concurrency / 100 ms;
+                         target >= 0.8 x the bound
   replay_p50/p99_us_1e4  latency of one redelivery (200, Idempotent-Replayed)
   replay_p50/p99_us_1e6  with 10^4 and 10^6 receipts in the table (filled with
-                         generate_series); target p99 at 1e6 <= 1.3 x at 1e4
-  worker_peak_rss_mb     the worker's peak resident set (VmHWM) after the e2e
-                         run; target <= 150
+                         generate_series in chunks, with no statement
+                         timeout); target p99 at 1e6 <= 1.3 x at 1e4
+  worker_peak_rss_mb     the worker's peak resident set (VmHWM) over the e2e
+                         runs; target <= 150
 
---quick runs every figure in under three minutes on a small machine.`
+Every phase either finishes or fails naming itself and why.
+--quick runs every figure in a few minutes on a small machine (the 10^6
+fill takes most of it on a loaded one).`
 
 func cmdBench(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("bench", "[--quick] [--json] [--duration D] [--concurrency N]", benchDescription, s)
-	quick := fs.Bool("quick", false, "short loops and fewer settlements (every figure, under three minutes)")
+	quick := fs.Bool("quick", false, "short loops and fewer settlements (every figure, a few minutes)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	duration := fs.Duration("duration", 0, "how long each throughput loop runs (default 20s, 5s with --quick)")
 	concurrency := fs.Int("concurrency", 0, "clients of each throughput loop (default 16)")
 	batch := fs.Int("batch", 0, "events per batch request, at most 1000 (default 100)")
 	bankConcurrency := fs.Int("bank-concurrency", 0, "the worker's --bank-concurrency, also used by the River baseline (default: the worker's default)")
 	cpuProfile := fs.String("worker-cpuprofile", "", "write a CPU profile of the worker under the e2e load to this file")
+	poolSize := fs.Int("db-max-conns", 0, "the worker's --db-max-conns, also the River baseline's pool size (default: the worker's default)")
+	only := fs.String("only", "", "run only these phases, comma-separated ("+strings.Join(bench.Phases, ", ")+"); for experiments")
+	var workerArgs stringList
+	fs.Var(&workerArgs, "worker-arg", "add this argument to the worker's command line (repeatable; for experiments: the figures of record use the worker's defaults)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -72,7 +98,18 @@ func cmdBench(ctx context.Context, args []string, s Stdio) int {
 	if *batch > 0 {
 		cfg.BatchSize = *batch
 	}
-	if cfg.BatchSize > intake.MaxBatch || *duration < 0 || *concurrency < 0 || *batch < 0 || *bankConcurrency < 0 {
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+		for _, p := range cfg.Only {
+			if !slices.Contains(bench.Phases, p) {
+				fmt.Fprintf(s.Err, "settle bench: unknown phase %q in --only; the phases are %s\n", p, strings.Join(bench.Phases, ", "))
+				return exitError
+			}
+		}
+	}
+	cfg.WorkerArgs = workerArgs
+	cfg.WorkerPoolSize = *poolSize
+	if cfg.BatchSize > intake.MaxBatch || *duration < 0 || *concurrency < 0 || *batch < 0 || *bankConcurrency < 0 || *poolSize < 0 {
 		fmt.Fprintf(s.Err, "settle bench: --batch is at most %d; --duration, --concurrency and --batch must not be negative\n", intake.MaxBatch)
 		return exitError
 	}
@@ -119,4 +156,14 @@ func cmdBench(ctx context.Context, args []string, s Stdio) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, " ") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,8 +30,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	cfg.Logf("database %s created", cfg.DBName)
 
+	trips := &tripCounter{}
 	pool, err := database.Connect(ctx, benchURL, database.PoolOptions{
-		MaxConns: int32(max(20, cfg.Concurrency+4)), ApplicationName: "settle-bench"})
+		MaxConns: int32(max(20, cfg.Concurrency+4)), ApplicationName: "settle-bench", Tracer: trips})
 	if err != nil {
 		return nil, err
 	}
@@ -44,34 +46,36 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if r.BankConcurrency <= 0 {
 		r.BankConcurrency = jobs.DefaultBankConcurrency
 	}
+	cfg.BankConcurrency = r.BankConcurrency
 	if err := pool.QueryRow(ctx, "SHOW fsync").Scan(&r.Fsync); err != nil {
 		return nil, fmt.Errorf("error reading fsync: %w", err)
 	}
 	r.Database = cfg.DatabaseLabel
 
 	// Each phase starts from empty settle tables, so one phase's rows and
-	// jobs never weigh on the next.
-	if err := measureIntake(ctx, cfg, pool, r); err != nil {
-		return nil, err
+	// jobs never weigh on the next. A phase that fails says which it was.
+	phases := []struct {
+		name string
+		run  func() error
+	}{
+		{"intake", func() error { return measureIntake(ctx, cfg, pool, trips, r) }},
+		{"river", func() error { return measureRiver(ctx, cfg, pool, benchURL, r) }},
+		{"e2e", func() error { return measureE2E(ctx, cfg, pool, benchURL, r) }},
+		{"replay", func() error { return measureReplay(ctx, cfg, pool, benchURL, r) }},
 	}
-	if err := truncate(ctx, pool); err != nil {
-		return nil, err
-	}
-	if r.RiverNoopJobsPerS, err = measureRiverNoop(ctx, cfg, benchURL); err != nil {
-		return nil, err
-	}
-	cfg.Logf("river_noop_jobs_per_s %.1f", r.RiverNoopJobsPerS)
-	if err := truncate(ctx, pool); err != nil {
-		return nil, err
-	}
-	if err := measureE2E(ctx, cfg, pool, benchURL, r); err != nil {
-		return nil, err
-	}
-	if err := truncate(ctx, pool); err != nil {
-		return nil, err
-	}
-	if err := measureReplay(ctx, cfg, pool, r); err != nil {
-		return nil, err
+	for i, p := range phases {
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, p.name) {
+			continue
+		}
+		if i > 0 {
+			if err := truncate(ctx, pool); err != nil {
+				return nil, fmt.Errorf("before the %s phase: %w", p.name, err)
+			}
+		}
+		t0 := time.Now()
+		if err := p.run(); err != nil {
+			return nil, fmt.Errorf("the %s phase failed after %s: %w", p.name, time.Since(t0).Round(time.Millisecond), err)
+		}
 	}
 	r.computeTargets()
 	return r, nil

@@ -17,11 +17,13 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }
 
-// requiredFields are the figures issue 8 asks of every run.
+// requiredFields are the figures issues 8 and 19 ask of every run.
 var requiredFields = []string{
 	"intake_single_per_s", "intake_batch_per_s", "insert_baseline_per_s", "e2e_per_s",
 	"river_noop_jobs_per_s", "jobs_per_settlement", "replay_p50_us_1e4", "replay_p99_us_1e4",
 	"replay_p50_us_1e6", "replay_p99_us_1e6", "worker_peak_rss_mb",
+	"river_noop_best_jobs_per_s", "e2e_latency100_per_s", "e2e_latency100_bound_per_s",
+	"commits_per_settlement", "round_trips_per_event",
 }
 
 // TestRunTiny runs every phase of the benchmark in a tiny configuration and
@@ -39,18 +41,20 @@ func TestRunTiny(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := bench.Run(ctx, bench.Config{
-		URL:            admin,
-		DBName:         name,
-		DatabaseLabel:  "test",
-		WorkerCommand:  []string{bintest.Build(t), "worker"},
-		Duration:       200 * time.Millisecond,
-		Concurrency:    2,
-		BatchSize:      10,
-		E2ESettlements: 25,
-		NoopJobs:       50,
-		ReplaySamples:  20,
-		ReplayRows:     [2]int{100, 1000},
-		Logf:           t.Logf,
+		URL:                admin,
+		DBName:             name,
+		DatabaseLabel:      "test",
+		WorkerCommand:      []string{bintest.Build(t), "worker"},
+		Duration:           200 * time.Millisecond,
+		Concurrency:        2,
+		BatchSize:          10,
+		E2ESettlements:     25,
+		NoopJobs:           50,
+		LatencySettlements: 25,
+		BankLatency:        20 * time.Millisecond,
+		ReplaySamples:      20,
+		ReplayRows:         [2]int{100, 1000},
+		Logf:               t.Logf,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -70,8 +74,17 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("%s = %v, want a positive number", f, got[f])
 		}
 	}
-	if len(res.Targets) != 5 {
-		t.Errorf("got %d targets, want 5: %+v", len(res.Targets), res.Targets)
+	if v, ok := got["e2e_db_commits_per_settlement"].(float64); !ok || v <= 0 {
+		t.Errorf("e2e_db_commits_per_settlement = %v, want the old key kept", got["e2e_db_commits_per_settlement"])
+	}
+	if len(res.Targets) != 7 {
+		t.Errorf("got %d targets, want 7: %+v", len(res.Targets), res.Targets)
+	}
+	if s, ok := got["river_best_settings"].(string); !ok || !strings.Contains(s, "MaxWorkers") {
+		t.Errorf("river_best_settings = %v, want the settings of the best River run", got["river_best_settings"])
+	}
+	if search, ok := got["river_search"].([]any); !ok || len(search) < 2 {
+		t.Errorf("river_search = %v, want every run of the search", got["river_search"])
 	}
 	if res.JobsPerSettlement < 1 {
 		t.Errorf("jobs_per_settlement = %v, want at least one job per settlement", res.JobsPerSettlement)
@@ -81,7 +94,7 @@ func TestRunTiny(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss") {
+	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100") {
 		if !strings.Contains(table.String(), f) {
 			t.Errorf("table lacks %s:\n%s", f, table.String())
 		}

@@ -7,28 +7,72 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/workerproc"
 )
 
+// e2eRun is what one end-to-end run measured.
+type e2eRun struct {
+	perS float64
+	// jobsPerSettlement is River jobs attempted per settlement.
+	jobsPerSettlement float64
+	// commits and rows are the database's committed transactions and rows
+	// written per settlement (pg_stat_database: the worker's, River's and
+	// intake's; the benchmark's own polls are taken off).
+	commits, rows float64
+	rssMB         float64
+}
+
 // measureE2E pays cfg.E2ESettlements settlements through a settle worker
-// subprocess and a fakebank at zero latency with no faults: submitted in
-// batches through the worker's API, timed until every one is confirmed with
-// its ledger movement. It also counts the River jobs worked and reads the
-// worker's peak RSS.
+// on its defaults against a fakebank at zero latency, then
+// cfg.LatencySettlements against one that answers in cfg.BankLatency.
 func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, r *Result) error {
-	bank, err := fakebank.New(fakebank.Options{})
+	run, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{}, cfg.E2ESettlements, "e2e")
 	if err != nil {
 		return err
 	}
+	r.E2EPerS, r.JobsPerSettlement, r.WorkerPeakRSSMB = run.perS, run.jobsPerSettlement, run.rssMB
+	r.CommitsPerSettlement, r.E2ECommitsPerSettlement, r.RowsPerSettlement = run.commits, run.commits, run.rows
+	cfg.Logf("e2e_per_s %.1f, jobs_per_settlement %.2f, commits_per_settlement %.2f, rows_per_settlement %.1f, worker_peak_rss_mb %.1f",
+		r.E2EPerS, r.JobsPerSettlement, r.CommitsPerSettlement, r.RowsPerSettlement, r.WorkerPeakRSSMB)
+	if err := truncate(ctx, pool); err != nil {
+		return err
+	}
+
+	ms := cfg.BankLatency.Milliseconds()
+	slow, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{LatencyMinMS: ms, LatencyMaxMS: ms}, cfg.LatencySettlements, "e2e-slow")
+	if err != nil {
+		return fmt.Errorf("with a bank answering in %s: %w", cfg.BankLatency, err)
+	}
+	r.E2ELatency100PerS = slow.perS
+	r.E2ELatency100BoundPerS = float64(r.BankConcurrency) / cfg.BankLatency.Seconds()
+	r.WorkerPeakRSSMB = max(r.WorkerPeakRSSMB, slow.rssMB)
+	cfg.Logf("e2e_latency100_per_s %.1f against a bound of %.0f (bank concurrency %d / %s)",
+		r.E2ELatency100PerS, r.E2ELatency100BoundPerS, r.BankConcurrency, cfg.BankLatency)
+	return nil
+}
+
+// runE2E pays n settlements through a settle worker subprocess and a
+// fakebank with faults: submitted in batches through the worker's API, timed
+// until every one is confirmed with its ledger movement. It also counts the
+// River jobs worked, the commits and rows written, and reads the worker's
+// peak RSS.
+func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, faults bankclient.Faults, n int, prefix string) (e2eRun, error) {
+	var run e2eRun
+	bank, err := fakebank.New(fakebank.Options{Faults: faults})
+	if err != nil {
+		return run, err
+	}
 	bankURL, err := bank.Start("127.0.0.1:0")
 	if err != nil {
-		return err
+		return run, err
 	}
 	defer bank.Close()
 	w, err := startWorker(ctx, cfg, dbURL, bankURL)
 	if err != nil {
-		return err
+		return run, err
 	}
 	stopped := false
 	defer func() {
@@ -37,22 +81,90 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 		}
 	}()
 
-	commitsBefore, err := dbCommits(ctx, pool)
+	// The benchmark's own statements run on one connection, so that they
+	// can be counted and taken off.
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return run, fmt.Errorf("error acquiring a connection: %w", err)
 	}
+	defer conn.Release()
+	before, err := readCounters(ctx, conn)
+	if err != nil {
+		return run, fmt.Errorf("error reading the database's counters: %w", err)
+	}
+	start := time.Now()
+	if err := submit(ctx, cfg, w, n, prefix); err != nil {
+		return run, err
+	}
+	cfg.Logf("%s: %d settlements submitted in %s", prefix, n, time.Since(start).Round(time.Millisecond))
+
+	deadline := time.Now().Add(5 * time.Minute)
+	var moved int
+	var polls int64
+	for {
+		polls++
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ledger_movements").Scan(&moved); err != nil {
+			return run, fmt.Errorf("error counting movements: %w", err)
+		}
+		if moved >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return run, fmt.Errorf("error in the %s run: %d of %d settlements confirmed after 5 minutes; the worker's log ends:\n%s", prefix, moved, n, workerLog(w))
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return run, ctx.Err()
+		}
+	}
+	run.perS = float64(n) / time.Since(start).Seconds()
+
+	if run.rssMB, err = w.PeakRSSMB(); err != nil {
+		return run, err
+	}
+	// A backend publishes its counts when it exits: stop the worker before
+	// reading them.
+	stopped = true
+	if err := stopWorker(w); err != nil {
+		return run, err
+	}
+	var confirmed, worked int
+	err = conn.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM settlements s JOIN ledger_movements m USING (settlement_id) WHERE s.state = 'confirmed'),
+		(SELECT count(*) FROM river_job WHERE attempted_at IS NOT NULL)`).Scan(&confirmed, &worked)
+	if err != nil {
+		return run, fmt.Errorf("error checking the %s run: %w", prefix, err)
+	}
+	if confirmed != n {
+		return run, fmt.Errorf("error in the %s run: %d settlements confirmed with a movement, want %d", prefix, confirmed, n)
+	}
+	run.jobsPerSettlement = float64(worked) / float64(n)
+	if err := waitStatsPublished(ctx); err != nil {
+		return run, err
+	}
+	after, err := readCounters(ctx, conn)
+	if err != nil {
+		return run, fmt.Errorf("error reading the database's counters: %w", err)
+	}
+	d := after.since(before, polls+1)
+	run.commits, run.rows = float64(d.commits)/float64(n), float64(d.rows)/float64(n)
+	return run, nil
+}
+
+// submit posts n new events to the worker's API in batches of
+// cfg.BatchSize from cfg.Concurrency clients.
+func submit(ctx context.Context, cfg Config, w *workerproc.Proc, n int, prefix string) error {
 	client := newHTTPClient(cfg.Concurrency)
 	defer client.CloseIdleConnections()
 	batches := make(chan int)
 	errs := make(chan error, cfg.Concurrency)
-	start := time.Now()
 	for range cfg.Concurrency {
 		go func() {
 			for b := range batches {
-				n := min(cfg.BatchSize, cfg.E2ESettlements-b)
-				evs := make([]intake.Event, n)
+				evs := make([]intake.Event, min(cfg.BatchSize, n-b))
 				for k := range evs {
-					evs[k] = newEvent(fmt.Sprintf("e2e-%d", b+k), b+k)
+					evs[k] = newEvent(fmt.Sprintf("%s-%d", prefix, b+k), b+k)
 				}
 				if err := postBatch(ctx, client, w.URL(), evs); err != nil {
 					errs <- err
@@ -66,7 +178,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	}
 	go func() {
 		defer close(batches)
-		for b := 0; b < cfg.E2ESettlements; b += cfg.BatchSize {
+		for b := 0; b < n; b += cfg.BatchSize {
 			select {
 			case batches <- b:
 			case <-ctx.Done():
@@ -74,69 +186,11 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 			}
 		}
 	}()
+	var first error
 	for range cfg.Concurrency {
-		if err := <-errs; err != nil {
-			return fmt.Errorf("error submitting the e2e settlements: %w", err)
+		if err := <-errs; err != nil && first == nil {
+			first = fmt.Errorf("error submitting the %s settlements: %w", prefix, err)
 		}
 	}
-	cfg.Logf("e2e: %d settlements submitted in %s", cfg.E2ESettlements, time.Since(start).Round(time.Millisecond))
-
-	deadline := time.Now().Add(5 * time.Minute)
-	var moved int
-	for {
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM ledger_movements").Scan(&moved); err != nil {
-			return fmt.Errorf("error counting movements: %w", err)
-		}
-		if moved >= cfg.E2ESettlements {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("error in the e2e run: %d of %d settlements confirmed after 5 minutes; the worker's log ends:\n%s", moved, cfg.E2ESettlements, workerLog(w))
-		}
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	r.E2EPerS = float64(cfg.E2ESettlements) / time.Since(start).Seconds()
-
-	var confirmed, worked int
-	err = pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM settlements s JOIN ledger_movements m USING (settlement_id) WHERE s.state = 'confirmed'),
-		(SELECT count(*) FROM river_job WHERE attempted_at IS NOT NULL)`).Scan(&confirmed, &worked)
-	if err != nil {
-		return fmt.Errorf("error checking the e2e run: %w", err)
-	}
-	if confirmed != cfg.E2ESettlements {
-		return fmt.Errorf("error in the e2e run: %d settlements confirmed with a movement, want %d", confirmed, cfg.E2ESettlements)
-	}
-	r.JobsPerSettlement = float64(worked) / float64(cfg.E2ESettlements)
-	time.Sleep(1100 * time.Millisecond) // let the backends publish their counts
-	commitsAfter, err := dbCommits(ctx, pool)
-	if err != nil {
-		return err
-	}
-	r.E2ECommitsPerSettlement = float64(commitsAfter-commitsBefore) / float64(cfg.E2ESettlements)
-	if r.WorkerPeakRSSMB, err = w.PeakRSSMB(); err != nil {
-		return err
-	}
-	cfg.Logf("e2e_per_s %.1f, jobs_per_settlement %.2f, commits per settlement %.1f, worker_peak_rss_mb %.1f",
-		r.E2EPerS, r.JobsPerSettlement, r.E2ECommitsPerSettlement, r.WorkerPeakRSSMB)
-	stopped = true
-	return stopWorker(w)
-}
-
-// dbCommits returns the committed transactions of the benchmark's database
-// so far (every client's: the worker's, River's, the benchmark's polls).
-// PostgreSQL publishes the count with a delay of up to a second.
-func dbCommits(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var n int64
-	if _, err := pool.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-		return 0, fmt.Errorf("error reading commit count: %w", err)
-	}
-	if err := pool.QueryRow(ctx, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
-		return 0, fmt.Errorf("error reading commit count: %w", err)
-	}
-	return n, nil
+	return first
 }

@@ -119,7 +119,7 @@ func postBatch(ctx context.Context, c *http.Client, base string, evs []intake.Ev
 // measureIntake measures the bare INSERT … COMMIT baseline, then single
 // and batch intake through the API, each for cfg.Duration at
 // cfg.Concurrency.
-func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Result) error {
+func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips *tripCounter, r *Result) error {
 	if _, err := pool.Exec(ctx, "CREATE TABLE bench_bare (id text PRIMARY KEY, v bigint NOT NULL)"); err != nil {
 		return fmt.Errorf("error creating the baseline table: %w", err)
 	}
@@ -144,6 +144,11 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Resul
 		return err
 	}
 	defer a.close()
+	before, err := readCounters(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("error reading the database's counters: %w", err)
+	}
+	trips0 := trips.load()
 	n, el, err = loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
 		body, err := json.Marshal(newEvent(fmt.Sprintf("single-%d-%d", w, i), i))
 		if err != nil {
@@ -155,8 +160,20 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Resul
 		return err
 	}
 	r.IntakeSinglePerS = float64(n) / el.Seconds()
-	cfg.Logf("intake_single_per_s %.1f", r.IntakeSinglePerS)
+	r.RoundTripsPerEvent = float64(trips.load()-trips0) / float64(n)
+	if err := waitStatsPublished(ctx); err != nil {
+		return err
+	}
+	after, err := readCounters(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("error reading the database's counters: %w", err)
+	}
+	d := after.since(before, 0)
+	r.CommitsPerEvent, r.RowsPerEvent = float64(d.commits)/float64(n), float64(d.rows)/float64(n)
+	cfg.Logf("intake_single_per_s %.1f (round trips %.2f, commits %.2f, rows written %.2f per event)",
+		r.IntakeSinglePerS, r.RoundTripsPerEvent, r.CommitsPerEvent, r.RowsPerEvent)
 
+	trips0 = trips.load()
 	n, el, err = loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
 		evs := make([]intake.Event, cfg.BatchSize)
 		for k := range evs {
@@ -168,6 +185,18 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Resul
 		return err
 	}
 	r.IntakeBatchPerS = float64(n) / el.Seconds()
-	cfg.Logf("intake_batch_per_s %.1f", r.IntakeBatchPerS)
+	r.RoundTripsPerBatchEvent = float64(trips.load()-trips0) / float64(n)
+	cfg.Logf("intake_batch_per_s %.1f (round trips %.3f per event)", r.IntakeBatchPerS, r.RoundTripsPerBatchEvent)
 	return nil
+}
+
+// waitStatsPublished gives idle backends the second PostgreSQL takes to
+// publish their counts.
+func waitStatsPublished(ctx context.Context) error {
+	select {
+	case <-time.After(1100 * time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/settle/settle/intake"
 )
 
@@ -17,7 +19,12 @@ import (
 // at a time (each sample twice; the second pass counts), with cfg.ReplayRows[0] and then cfg.ReplayRows[1] receipts
 // (and settlements) in the tables. The sampled events are taken in through
 // the API; the rest of the rows are filled directly with generate_series.
-func measureReplay(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Result) error {
+func measureReplay(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, r *Result) error {
+	bulk, err := connectBulk(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer bulk.Close(context.WithoutCancel(ctx))
 	a, err := startAPI(pool, 1)
 	if err != nil {
 		return err
@@ -39,7 +46,7 @@ func measureReplay(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Resul
 	rows := cfg.ReplaySamples
 	for i, want := range cfg.ReplayRows {
 		t0 := time.Now()
-		if err := fill(ctx, pool, rows, want); err != nil {
+		if err := fill(ctx, cfg, bulk, rows, want); err != nil {
 			return err
 		}
 		cfg.Logf("replay: %d receipts in the table (filled in %s)", want, time.Since(t0).Round(time.Millisecond))
@@ -64,36 +71,67 @@ func measureReplay(ctx context.Context, cfg Config, pool *pgxpool.Pool, r *Resul
 	return nil
 }
 
+// fillChunk is how many rows one fill statement writes: small enough that a
+// chunk finishes in seconds on a loaded machine, large enough that the
+// statements cost nothing next to the rows.
+const fillChunk = 100_000
+
 // fill adds terminal settlements and their receipts until the tables hold
 // want receipts (they hold have), then refreshes the planner's statistics.
-func fill(ctx context.Context, pool *pgxpool.Pool, have, want int) error {
+// It works on a connection of its own without the pool's statement timeout
+// (DESIGN.md section 9: filling large tables is not subject to it), in
+// chunks of fillChunk rows, each its own transaction, and logs its progress,
+// so a slow machine makes it slower, never makes it fail.
+func fill(ctx context.Context, cfg Config, bulk *pgx.Conn, have, want int) error {
 	if want <= have {
 		return nil
 	}
 	now := time.Now()
-	_, err := pool.Exec(ctx, `
-		WITH s AS (
-			INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
-				bank_key, payload_hash, created_at, updated_at)
-			SELECT 'fill-' || g, 'acc-' || (g % 997), 'fill beneficiary', 100 + g % 100000, 'EUR', 'confirmed',
-				'fill-key-' || g, 'sha256:' || encode(sha256(('fill-' || g)::bytea), 'hex'), $3, $3
-			FROM generate_series($1::bigint, $2::bigint) AS g
-			RETURNING settlement_id, payload_hash
-		)
-		INSERT INTO settlement_receipts (settlement_id, payload_hash, received_at)
-		SELECT settlement_id, payload_hash, $3 FROM s`, have, want-1, now)
-	if err != nil {
-		return fmt.Errorf("error filling %d receipts: %w", want, err)
+	for from := have; from < want; from += fillChunk {
+		to := min(from+fillChunk, want)
+		_, err := bulk.Exec(ctx, `
+			WITH s AS (
+				INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
+					bank_key, payload_hash, created_at, updated_at)
+				SELECT 'fill-' || g, 'acc-' || (g % 997), 'fill beneficiary', 100 + g % 100000, 'EUR', 'confirmed',
+					'fill-key-' || g, 'sha256:' || encode(sha256(('fill-' || g)::bytea), 'hex'), $3, $3
+				FROM generate_series($1::bigint, $2::bigint) AS g
+				RETURNING settlement_id, payload_hash
+			)
+			INSERT INTO settlement_receipts (settlement_id, payload_hash, received_at)
+			SELECT settlement_id, payload_hash, $3 FROM s`, from, to-1, now)
+		if err != nil {
+			return fmt.Errorf("error filling receipts %d to %d of %d: %w", from, to, want, err)
+		}
+		if to < want {
+			cfg.Logf("replay: filled %d of %d receipts", to, want)
+		}
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE settlements, settlement_receipts"); err != nil {
+	if _, err := bulk.Exec(ctx, "VACUUM ANALYZE settlements, settlement_receipts"); err != nil {
 		return fmt.Errorf("error analysing the filled tables: %w", err)
 	}
 	// Write the fill out now, so that the checkpoint it would trigger does
 	// not land in the middle of the timed replays. It needs superuser or
 	// pg_checkpoint (PostgreSQL 15); without them the replays take their
 	// chance.
-	_, _ = pool.Exec(ctx, "CHECKPOINT")
+	_, _ = bulk.Exec(ctx, "CHECKPOINT")
 	return nil
+}
+
+// connectBulk opens the connection of the bulk steps (fills, VACUUM,
+// CHECKPOINT): no statement timeout, the server's default lock timeout.
+func connectBulk(ctx context.Context, dbURL string) (*pgx.Conn, error) {
+	pc, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("error parsing the database URL: %w", err)
+	}
+	pc.RuntimeParams["statement_timeout"] = "0"
+	pc.RuntimeParams["application_name"] = "settle-bench-bulk"
+	conn, err := pgx.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("error connecting for the bulk fill: %w", err)
+	}
+	return conn, nil
 }
 
 // replayLatency redelivers every body once, in random order, and returns

@@ -27,6 +27,10 @@ func startWorker(ctx context.Context, cfg Config, dbURL, bankURL string) (*worke
 	if cfg.BankConcurrency > 0 {
 		args = append(args, "--bank-concurrency", strconv.Itoa(cfg.BankConcurrency))
 	}
+	if cfg.WorkerPoolSize > 0 {
+		args = append(args, "--db-max-conns", strconv.Itoa(cfg.WorkerPoolSize))
+	}
+	args = append(args, cfg.WorkerArgs...)
 	if cfg.WorkerCPUProfile != "" {
 		args = append(args, "--cpuprofile", cfg.WorkerCPUProfile)
 	}
