@@ -27,8 +27,9 @@ type e2eRun struct {
 
 // measureE2E pays cfg.E2ESettlements settlements through a settle worker
 // on its defaults against a fakebank at zero latency, then
-// cfg.LatencySettlements against one that answers in cfg.BankLatency.
-func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, r *Result) error {
+// cfg.LatencySettlements against one that answers in cfg.BankLatency, then
+// counts the send job's own cost in process.
+func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, trips *tripCounter, r *Result) error {
 	run, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{}, cfg.E2ESettlements, "e2e")
 	if err != nil {
 		return err
@@ -51,7 +52,10 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	r.WorkerPeakRSSMB = max(r.WorkerPeakRSSMB, slow.rssMB)
 	cfg.Logf("e2e_latency100_per_s %.1f against a bound of %.0f (bank concurrency %d / %s)",
 		r.E2ELatency100PerS, r.E2ELatency100BoundPerS, r.BankConcurrency, cfg.BankLatency)
-	return nil
+	if err := truncate(ctx, pool); err != nil {
+		return err
+	}
+	return measureSendCost(ctx, cfg, pool, trips, r)
 }
 
 // runE2E pays n settlements through a settle worker subprocess and a

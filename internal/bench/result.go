@@ -66,6 +66,12 @@ type Result struct {
 	// written (inserted, updated, deleted) per settlement.
 	CommitsPerSettlement float64 `json:"commits_per_settlement"`
 	RowsPerSettlement    float64 `json:"rows_per_settlement"`
+	// RoundTripsPerSend, CommitsPerSend and RowsPerSend are what the send
+	// job (reconcile.Resolver.Send) costs per settlement, counted in
+	// process; River's fetch and the job's completion are not included.
+	RoundTripsPerSend float64 `json:"round_trips_per_send"`
+	CommitsPerSend    float64 `json:"commits_per_send"`
+	RowsPerSend       float64 `json:"rows_per_send"`
 	// E2ELatency100PerS is e2e_per_s with a fakebank that answers every
 	// request in 100 ms (Config.BankLatency); its bound is the bank
 	// concurrency divided by that latency.
@@ -161,6 +167,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"jobs_per_settlement", r.JobsPerSettlement, "jobs"},
 		{"commits_per_settlement", r.CommitsPerSettlement, "commits (pg_stat_database, every client's)"},
 		{"rows_per_settlement", r.RowsPerSettlement, "rows written (pg_stat_database)"},
+		{"round_trips_per_send", r.RoundTripsPerSend, "round trips of the send job per settlement (in process; River's share not included)"},
+		{"commits_per_send", r.CommitsPerSend, "commits of the send job per settlement"},
+		{"rows_per_send", r.RowsPerSend, "rows written by the send job per settlement"},
 		{"e2e_latency100_per_s", r.E2ELatency100PerS, "settlements/s, bank answering in 100 ms"},
 		{"e2e_latency100_bound_per_s", r.E2ELatency100BoundPerS, fmt.Sprintf("settlements/s (bank concurrency %d / 100 ms)", r.BankConcurrency)},
 		{"replay_p50_us_1e4", r.ReplayP50US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},
