@@ -32,7 +32,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	trips := &tripCounter{}
 	pool, err := database.Connect(ctx, benchURL, database.PoolOptions{
-		MaxConns: int32(max(20, cfg.Concurrency+4)), ApplicationName: "settle-bench", Tracer: trips})
+		MaxConns: int32(max(20, cfg.Concurrency+4)), ApplicationName: "settle-bench"})
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		name string
 		run  func() error
 	}{
-		{"intake", func() error { return measureIntake(ctx, cfg, pool, trips, r) }},
+		{"intake", func() error { return measureIntake(ctx, cfg, pool, benchURL, trips, r) }},
 		{"river", func() error { return measureRiver(ctx, cfg, pool, benchURL, r) }},
 		{"e2e", func() error { return measureE2E(ctx, cfg, pool, benchURL, trips, r) }},
 		{"replay", func() error { return measureReplay(ctx, cfg, pool, benchURL, r) }},

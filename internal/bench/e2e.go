@@ -55,7 +55,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	if err := truncate(ctx, pool); err != nil {
 		return err
 	}
-	return measureSendCost(ctx, cfg, pool, trips, r)
+	return measureSendCost(ctx, cfg, pool, dbURL, trips, r)
 }
 
 // runE2E pays n settlements through a settle worker subprocess and a
@@ -144,7 +144,7 @@ func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, f
 		return run, fmt.Errorf("error in the %s run: %d settlements confirmed with a movement, want %d", prefix, confirmed, n)
 	}
 	run.jobsPerSettlement = float64(worked) / float64(n)
-	if err := waitStatsPublished(ctx); err != nil {
+	if err := waitBackendsGone(ctx, conn, workerAppName); err != nil {
 		return run, err
 	}
 	after, err := readCounters(ctx, conn)

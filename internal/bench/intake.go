@@ -118,13 +118,19 @@ func postBatch(ctx context.Context, c *http.Client, base string, evs []intake.Ev
 
 // measureIntake measures the bare INSERT … COMMIT baseline, then single
 // and batch intake through the API, each for cfg.Duration at
-// cfg.Concurrency.
-func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips *tripCounter, r *Result) error {
+// cfg.Concurrency. Each loop runs on a pool of its own, closed before the
+// next, so that the database's counts of the single loop are its own.
+func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, trips *tripCounter, r *Result) error {
 	if _, err := pool.Exec(ctx, "CREATE TABLE bench_bare (id text PRIMARY KEY, v bigint NOT NULL)"); err != nil {
 		return fmt.Errorf("error creating the baseline table: %w", err)
 	}
+	size := max(20, cfg.Concurrency+4)
+	bare, err := openMeasured(ctx, dbURL, "settle-bench-bare", size, nil)
+	if err != nil {
+		return err
+	}
 	n, el, err := loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, bare, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO bench_bare (id, v) VALUES ($1, $2)", fmt.Sprintf("bare-%d-%d", w, i), i)
 			return err
 		})
@@ -134,18 +140,27 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips *t
 		return 1, nil
 	})
 	if err != nil {
+		bare.Close()
 		return err
 	}
 	r.InsertBaselinePerS = float64(n) / el.Seconds()
 	cfg.Logf("insert_baseline_per_s %.1f", r.InsertBaselinePerS)
+	if err := closeMeasured(ctx, bare, pool, "settle-bench-bare"); err != nil {
+		return err
+	}
 
-	a, err := startAPI(pool, cfg.Concurrency)
+	single, err := openMeasured(ctx, dbURL, "settle-bench-single", size, trips)
 	if err != nil {
 		return err
 	}
-	defer a.close()
+	defer single.Close()
+	a, err := startAPI(single, cfg.Concurrency)
+	if err != nil {
+		return err
+	}
 	before, err := readCounters(ctx, pool)
 	if err != nil {
+		a.close()
 		return fmt.Errorf("error reading the database's counters: %w", err)
 	}
 	trips0 := trips.load()
@@ -156,12 +171,13 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips *t
 		}
 		return 1, post(ctx, a.client, a.base+"/v1/settlements", body, http.StatusCreated, nil)
 	})
+	a.close()
 	if err != nil {
 		return err
 	}
 	r.IntakeSinglePerS = float64(n) / el.Seconds()
 	r.RoundTripsPerEvent = float64(trips.load()-trips0) / float64(n)
-	if err := waitStatsPublished(ctx); err != nil {
+	if err := closeMeasured(ctx, single, pool, "settle-bench-single"); err != nil {
 		return err
 	}
 	after, err := readCounters(ctx, pool)
@@ -173,6 +189,16 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips *t
 	cfg.Logf("intake_single_per_s %.1f (round trips %.2f, commits %.2f, rows written %.2f per event)",
 		r.IntakeSinglePerS, r.RoundTripsPerEvent, r.CommitsPerEvent, r.RowsPerEvent)
 
+	batch, err := openMeasured(ctx, dbURL, "settle-bench-batch", size, trips)
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	a, err = startAPI(batch, cfg.Concurrency)
+	if err != nil {
+		return err
+	}
+	defer a.close()
 	trips0 = trips.load()
 	n, el, err = loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
 		evs := make([]intake.Event, cfg.BatchSize)
@@ -188,15 +214,4 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips *t
 	r.RoundTripsPerBatchEvent = float64(trips.load()-trips0) / float64(n)
 	cfg.Logf("intake_batch_per_s %.1f (round trips %.3f per event)", r.IntakeBatchPerS, r.RoundTripsPerBatchEvent)
 	return nil
-}
-
-// waitStatsPublished gives idle backends the second PostgreSQL takes to
-// publish their counts.
-func waitStatsPublished(ctx context.Context) error {
-	select {
-	case <-time.After(1100 * time.Millisecond):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -28,6 +28,9 @@ type noopWorker struct {
 
 func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
 
+// riverAppName is the application_name of the River runs' connections.
+const riverAppName = "settle-bench-river"
+
 // RiverSettings are the River client settings of one no-op run.
 type RiverSettings struct {
 	// MaxWorkers is the bank queue's concurrency.
@@ -84,7 +87,8 @@ func measureRiver(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL str
 		}
 	}
 	cfg.Logf("river_noop_best_jobs_per_s %.1f (%s)", r.RiverNoopBestJobsPerS, r.RiverBestSettings)
-	return nil
+	// Their last counts must not land in the next phase's.
+	return waitBackendsGone(ctx, pool, riverAppName)
 }
 
 // measureRiverNoop returns how many no-op jobs per second River works with
@@ -95,7 +99,7 @@ func measureRiver(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL str
 // run ends after cfg.NoopJobs jobs or after a time limit (the rate is then
 // what completed within it), so a slow setting cannot stall the search.
 func measureRiverNoop(ctx context.Context, cfg Config, dbURL string, s RiverSettings) (float64, error) {
-	pool, err := database.Connect(ctx, dbURL, database.PoolOptions{MaxConns: int32(cfg.workerPoolSize()), ApplicationName: "settle-bench-river"})
+	pool, err := database.Connect(ctx, dbURL, database.PoolOptions{MaxConns: int32(cfg.workerPoolSize()), ApplicationName: riverAppName})
 	if err != nil {
 		return 0, err
 	}

@@ -23,7 +23,7 @@ const sendSamples = 200
 // connector and return watch, on the benchmark's traced pool. The job's
 // River completion (one statement in the outcome transaction, in the
 // worker) is not part of it, and neither is River's fetch.
-func measureSendCost(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips *tripCounter, r *Result) error {
+func measureSendCost(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, trips *tripCounter, r *Result) error {
 	bank, err := fakebank.New(fakebank.Options{})
 	if err != nil {
 		return err
@@ -38,8 +38,13 @@ func measureSendCost(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips 
 	if err != nil {
 		return err
 	}
+	sendPool, err := openMeasured(ctx, dbURL, "settle-bench-send", 4, trips)
+	if err != nil {
+		return err
+	}
+	defer sendPool.Close()
 	caps := conn.Capabilities
-	res := &reconcile.Resolver{DB: pool, Bank: client, Capabilities: &caps, ReturnWatch: conn.DefaultReturnWatch}
+	res := &reconcile.Resolver{DB: sendPool, Bank: client, Capabilities: &caps, ReturnWatch: conn.DefaultReturnWatch}
 
 	a, err := startAPI(pool, 1)
 	if err != nil {
@@ -53,9 +58,6 @@ func measureSendCost(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips 
 	}
 	if err := postBatch(ctx, a.client, a.base, evs); err != nil {
 		return fmt.Errorf("error taking the send samples in: %w", err)
-	}
-	if err := waitStatsPublished(ctx); err != nil {
-		return err
 	}
 	before, err := readCounters(ctx, pool)
 	if err != nil {
@@ -72,7 +74,7 @@ func measureSendCost(ctx context.Context, cfg Config, pool *pgxpool.Pool, trips 
 		}
 	}
 	r.RoundTripsPerSend = float64(trips.load()-trips0) / float64(n)
-	if err := waitStatsPublished(ctx); err != nil {
+	if err := closeMeasured(ctx, sendPool, pool, "settle-bench-send"); err != nil {
 		return err
 	}
 	after, err := readCounters(ctx, pool)

@@ -2,10 +2,15 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/settle/settle/internal/database"
 )
 
 // tripCounter counts a pool's client round trips to PostgreSQL: one per
@@ -61,6 +66,53 @@ func (c *tripCounter) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx
 // TraceCopyFromEnd does nothing.
 func (*tripCounter) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
 
+// querier is a pool or one of its connections.
+type querier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}
+
+// openMeasured opens a pool of its own, named name in pg_stat_activity,
+// for work whose database counts are read afterwards: closing it ends its
+// backends, and a backend publishes its counts when it exits (an idle one
+// may hold them back for seconds when others are publishing theirs).
+func openMeasured(ctx context.Context, dbURL, name string, size int, trips *tripCounter) (*pgxpool.Pool, error) {
+	o := database.PoolOptions{MaxConns: int32(size), ApplicationName: name}
+	if trips != nil {
+		o.Tracer = trips
+	}
+	return database.Connect(ctx, dbURL, o)
+}
+
+// closeMeasured closes p, named name, and waits until its backends have
+// exited, so that every count of its work is published.
+func closeMeasured(ctx context.Context, p *pgxpool.Pool, observer querier, name string) error {
+	p.Close()
+	return waitBackendsGone(ctx, observer, name)
+}
+
+// waitBackendsGone waits until no backend named name is left.
+func waitBackendsGone(ctx context.Context, observer querier, name string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var n int
+		if err := observer.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name).Scan(&n); err != nil {
+			return fmt.Errorf("error waiting for the backends of %s to exit: %w", name, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("error waiting for the backends of %s to exit: %d left after a minute", name, n)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // dbCounters are the database's cumulative counters of pg_stat_database.
 type dbCounters struct {
 	commits, rows int64
@@ -68,13 +120,11 @@ type dbCounters struct {
 
 // readCounters returns the benchmark database's committed transactions and
 // rows written (inserted, updated, deleted) so far, every client's. Each
-// backend publishes its counts when it goes idle (at most once a second)
-// and when it exits. Reading costs two transactions of its own, which
-// countersSince takes off.
-func readCounters(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}) (dbCounters, error) {
+// backend publishes its counts when it goes idle (at most once a second,
+// later when others hold the lock) and when it exits: what is measured runs
+// on a pool or process of its own that has exited before the second read.
+// Reading costs two transactions of its own, which since takes off.
+func readCounters(ctx context.Context, q querier) (dbCounters, error) {
 	var c dbCounters
 	if _, err := q.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
 		return c, err

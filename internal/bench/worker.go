@@ -11,6 +11,9 @@ import (
 	"github.com/settle/settle/internal/workerproc"
 )
 
+// workerAppName is the application_name of the worker's connections.
+const workerAppName = "settle-worker"
+
 // workerStopTimeout is how long the worker has to stop gracefully before
 // it is killed.
 const workerStopTimeout = 30 * time.Second
