@@ -17,6 +17,9 @@ import (
 	"github.com/settle/settle/migrations"
 )
 
+// benchAppName is the application_name of the benchmark's own pool.
+const benchAppName = "settle-bench"
+
 // Run measures every figure of Result and stops everything it started
 // before it returns. It drops and recreates cfg.DBName first.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
@@ -32,7 +35,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	trips := &tripCounter{}
 	pool, err := database.Connect(ctx, benchURL, database.PoolOptions{
-		MaxConns: int32(max(20, cfg.Concurrency+4)), ApplicationName: "settle-bench"})
+		MaxConns: int32(max(20, cfg.Concurrency+4)), ApplicationName: benchAppName})
 	if err != nil {
 		return nil, err
 	}

@@ -50,20 +50,28 @@ func measureSendCost(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL 
 	if err != nil {
 		return err
 	}
-	defer a.close()
 	n := min(sendSamples, cfg.E2ESettlements)
 	evs := make([]intake.Event, n)
 	for i := range evs {
 		evs[i] = newEvent(fmt.Sprintf("send-%d", i), i)
 	}
-	if err := postBatch(ctx, a.client, a.base, evs); err != nil {
+	err = postBatch(ctx, a.client, a.base, evs)
+	a.close()
+	if err != nil {
 		return fmt.Errorf("error taking the send samples in: %w", err)
 	}
-	before, err := readCounters(ctx, pool)
+	// The rows come from pg_stat_database: the benchmark's other
+	// connections are ended first, so that none of their counts is
+	// published late into this window.
+	pool.Reset()
+	if err := waitBackendsGone(ctx, sendPool, benchAppName); err != nil {
+		return err
+	}
+	counted, err := readCounters(ctx, pool)
 	if err != nil {
 		return fmt.Errorf("error reading the database's counters: %w", err)
 	}
-	trips0 := trips.load()
+	before := trips.snapshot()
 	for _, ev := range evs {
 		out, err := res.Send(ctx, ev.SettlementID, func(context.Context, pgx.Tx, reconcile.Outcome) error { return nil })
 		if err != nil {
@@ -73,16 +81,17 @@ func measureSendCost(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL 
 			return fmt.Errorf("error sending %s: it is %s, want confirmed", ev.SettlementID, out.State)
 		}
 	}
-	r.RoundTripsPerSend = float64(trips.load()-trips0) / float64(n)
+	after := trips.snapshot()
+	r.RoundTripsPerSend = float64(after.trips-before.trips) / float64(n)
+	r.CommitsPerSend = float64(after.commits-before.commits) / float64(n)
 	if err := closeMeasured(ctx, sendPool, pool, "settle-bench-send"); err != nil {
 		return err
 	}
-	after, err := readCounters(ctx, pool)
+	last, err := readCounters(ctx, pool)
 	if err != nil {
 		return fmt.Errorf("error reading the database's counters: %w", err)
 	}
-	d := after.since(before, 0)
-	r.CommitsPerSend, r.RowsPerSend = float64(d.commits)/float64(n), float64(d.rows)/float64(n)
+	r.RowsPerSend = float64(last.since(counted, 0).rows) / float64(n)
 	cfg.Logf("send job: %.2f round trips, %.2f commits, %.2f rows written per settlement (River's fetch and completion not included)",
 		r.RoundTripsPerSend, r.CommitsPerSend, r.RowsPerSend)
 	return nil

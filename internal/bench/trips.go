@@ -18,8 +18,31 @@ import (
 // batch, two per COPY (the COPY command, then the data and its end). It counts what the code asks for with warm
 // statement caches; the first use of a statement on a connection costs
 // pgx one more (its describe), which it does not see.
+//
+// It also counts, from the client's side, the transactions committed: each
+// COMMIT, and each statement or batch sent outside a transaction. That is
+// exact for one process's own work, where pg_stat_database sees every
+// client's (and publishes late).
 type tripCounter struct {
-	n atomic.Int64
+	n, commits atomic.Int64
+}
+
+// tripCounts is a snapshot of a tripCounter.
+type tripCounts struct{ trips, commits int64 }
+
+func (c *tripCounter) snapshot() tripCounts {
+	return tripCounts{trips: c.n.Load(), commits: c.commits.Load()}
+}
+
+type autocommitKey struct{}
+
+// autocommit marks ctx when conn is outside a transaction: what is sent
+// then commits on its own.
+func autocommit(ctx context.Context, conn *pgx.Conn) context.Context {
+	if conn.PgConn().TxStatus() == 'I' {
+		return context.WithValue(ctx, autocommitKey{}, true)
+	}
+	return ctx
 }
 
 var (
@@ -31,31 +54,44 @@ var (
 func (c *tripCounter) load() int64 { return c.n.Load() }
 
 // TraceQueryStart counts a statement sent on its own.
-func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (c *tripCounter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	if !inBatch(ctx) {
 		c.n.Add(1)
+		return autocommit(ctx, conn)
 	}
 	return ctx
 }
 
-// TraceQueryEnd does nothing.
-func (*tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// TraceQueryEnd counts a commit.
+func (c *tripCounter) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	if d.Err != nil || inBatch(ctx) {
+		return
+	}
+	tag := d.CommandTag.String()
+	if tag == "COMMIT" || (ctx.Value(autocommitKey{}) != nil && tag != "BEGIN") {
+		c.commits.Add(1)
+	}
+}
 
 type batchKey struct{}
 
 func inBatch(ctx context.Context) bool { return ctx.Value(batchKey{}) != nil }
 
 // TraceBatchStart counts a pipelined batch once.
-func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+func (c *tripCounter) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	c.n.Add(1)
-	return context.WithValue(ctx, batchKey{}, true)
+	return context.WithValue(autocommit(ctx, conn), batchKey{}, true)
 }
 
 // TraceBatchQuery does nothing: the batch was counted.
 func (*tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 
-// TraceBatchEnd does nothing.
-func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+// TraceBatchEnd counts a batch sent outside a transaction as a commit.
+func (c *tripCounter) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	if d.Err == nil && ctx.Value(autocommitKey{}) != nil {
+		c.commits.Add(1)
+	}
+}
 
 // TraceCopyFromStart counts a COPY.
 func (c *tripCounter) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
@@ -91,7 +127,8 @@ func closeMeasured(ctx context.Context, p *pgxpool.Pool, observer querier, name 
 	return waitBackendsGone(ctx, observer, name)
 }
 
-// waitBackendsGone waits until no backend named name is left.
+// waitBackendsGone waits until no backend named name is left, and their
+// counts are published.
 func waitBackendsGone(ctx context.Context, observer querier, name string) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -100,7 +137,15 @@ func waitBackendsGone(ctx context.Context, observer querier, name string) error 
 			return fmt.Errorf("error waiting for the backends of %s to exit: %w", name, err)
 		}
 		if n == 0 {
-			return nil
+			// An exiting backend leaves pg_stat_activity and publishes its
+			// counts in its exit callbacks, in either order: give the last
+			// ones a moment.
+			select {
+			case <-time.After(500 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("error waiting for the backends of %s to exit: %d left after a minute", name, n)
