@@ -441,11 +441,19 @@ func afterConfirmation(f Facts, pay bankclient.Payment) Decision {
 
 // DecideReturn decides what a return reported by another source than the
 // status API (a statement entry) means for a settlement: the same as the
-// bank's status API reporting the payment returned for that amount.
+// bank's status API reporting the payment returned for that amount, except
+// that a return of another amount is flagged whatever the state (a
+// settlement never confirmed is not failed on a partial return).
 func DecideReturn(f Facts, p Policy, now time.Time, amount int64, reason string) Decision {
 	pay := bankclient.Payment{ID: f.BankPaymentID, Status: bankclient.StatusReturned, AmountCents: amount, FailureReason: reason}
 	if f.State == settlement.Returned || f.State == settlement.Failed {
 		return Decision{To: f.State, Reason: "return already booked"}
+	}
+	if f.State != settlement.Confirmed && amount != 0 && amount != f.AmountCents {
+		// Part of a payment came back before we saw it settle: some of
+		// the money was paid, so failing it would be as wrong as
+		// confirming it. Only a human can book that.
+		return flag(f, ReasonPartialReturn, fmt.Sprintf("bank returned %d of payment %s, the settlement is %d, before it was seen to settle", amount, f.BankPaymentID, f.AmountCents))
 	}
 	d, _ := finalStatus(f, pay)
 	return d

@@ -203,3 +203,36 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideReturn: a return reported by a statement, by state and amount.
+// A return of the whole amount reverses a confirmed settlement and fails
+// one never seen to settle (nothing to reverse); a return of another
+// amount is flagged whatever the state, never guessed.
+func TestDecideReturn(t *testing.T) {
+	t.Parallel()
+	now := t0.Add(time.Hour)
+	tests := []struct {
+		state  settlement.State
+		amount int64
+		want   Decision
+	}{
+		{settlement.Confirmed, 1000, Decision{To: settlement.Returned, WriteReversal: true, Definitive: true}},
+		{settlement.Confirmed, 400, Decision{To: settlement.Confirmed, Flag: ReasonPartialReturn}},
+		{settlement.Sent, 1000, Decision{To: settlement.Failed, Definitive: true}},
+		{settlement.Uncertain, 1000, Decision{To: settlement.Failed, Definitive: true}},
+		{settlement.Sent, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
+		{settlement.Uncertain, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
+		{settlement.Pending, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
+		{settlement.Returned, 1000, Decision{To: settlement.Returned}},
+		{settlement.Failed, 400, Decision{To: settlement.Failed}},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s/%d", tc.state, tc.amount), func(t *testing.T) {
+			got := DecideReturn(facts0(tc.state, t0), policy, now, tc.amount, "AC04")
+			got.Reason = ""
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
