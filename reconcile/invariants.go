@@ -57,6 +57,12 @@ type Expect struct {
 	// Recovered asks for the liveness check: every settlement is terminal
 	// or flagged needs_investigation.
 	Recovered bool
+	// PartialReturns lists the references of payments the bank returned
+	// in part, each reported to the engine: such a settlement must be
+	// flagged needs_investigation for a human to book (partial_return, or
+	// another reason it was flagged for), never returned or failed on a
+	// guess.
+	PartialReturns []string
 }
 
 // CheckInvariants is the one exactly-once checker: the simulation, the
@@ -84,6 +90,8 @@ type Expect struct {
 //     the first attempt;
 //   - every 409 answered was recorded in receipt_conflicts, against the
 //     receipt's hash;
+//   - a settlement whose payment came back in part is flagged
+//     needs_investigation, neither returned nor failed;
 //   - after recovery, nothing is open without needs_investigation.
 //
 // An error means the checker could not read the database.
@@ -92,19 +100,20 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
 
 	type settlementRow struct {
-		id, ref, account, currency, beneficiary, bankKey, receiptHash string
-		state                                                         settlement.State
-		amount                                                        int64
-		flagged                                                       bool
+		id, ref, account, currency, beneficiary, bankKey, receiptHash, flagReason string
+		state                                                                     settlement.State
+		amount                                                                    int64
+		flagged                                                                   bool
 	}
 	settlements, err := collect(ctx, db, `
 		SELECT s.settlement_id, coalesce(s.bank_reference, s.settlement_id), s.state, s.account_id, s.currency,
-		       s.beneficiary, s.bank_key, coalesce(r.payload_hash, ''), s.amount_cents, s.needs_investigation
+		       s.beneficiary, s.bank_key, coalesce(r.payload_hash, ''), s.amount_cents, s.needs_investigation,
+		       coalesce(s.investigation_reason, '')
 		FROM settlements s LEFT JOIN settlement_receipts r USING (settlement_id)
 		ORDER BY s.settlement_id`, func(row pgx.CollectableRow) (settlementRow, error) {
 		var s settlementRow
 		err := row.Scan(&s.id, &s.ref, &s.state, &s.account, &s.currency, &s.beneficiary, &s.bankKey,
-			&s.receiptHash, &s.amount, &s.flagged)
+			&s.receiptHash, &s.amount, &s.flagged, &s.flagReason)
 		return s, err
 	})
 	if err != nil {
@@ -312,6 +321,16 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 			bad("%s: no transition history", s.id)
 		} else if to != s.state {
 			bad("%s: state %s but the last transition went to %s", s.id, s.state, to)
+		}
+	}
+
+	for _, ref := range e.PartialReturns {
+		s, ok := byID[idOfRef[ref]]
+		switch {
+		case !ok:
+			bad("bank returned part of a payment with reference %s, which is no settlement's", ref)
+		case s.state == settlement.Returned || s.state == settlement.Failed || !s.flagged:
+			bad("%s: the bank returned part of its payment, but it is %s (flag %q), not flagged for a human", s.id, s.state, s.flagReason)
 		}
 	}
 
