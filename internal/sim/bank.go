@@ -61,15 +61,18 @@ type BankConfig struct {
 // CapabilitySets are the kinds of bank the simulation runs the engine
 // against (DESIGN.md section 13): by our key (settle), by the bank's id
 // only with the original response replayed and a searchable list
-// (Stripe), by the bank's id only with the current resource replayed and
-// no list (UK Open Banking), and a bank that offers only its list.
+// (Stripe, which reports a return as a paid payout failing), by the bank's
+// id only with the current resource replayed, no list and returns on
+// statements only (UK Open Banking), and a bank that offers only its list.
 var CapabilitySets = []struct {
 	Name string
 	Caps bankclient.Capabilities
 }{
 	{"by-key", bankclient.Capabilities{LookupByKey: true, Search: true, Replay: bankclient.ReplayStored}},
-	{"by-id/original-replay/list", bankclient.Capabilities{LookupByID: true, Search: true, Replay: bankclient.ReplayOriginal}},
-	{"by-id/current-replay", bankclient.Capabilities{LookupByID: true, Replay: bankclient.ReplayCurrent}},
+	{"by-id/original-replay/list", bankclient.Capabilities{LookupByID: true, Search: true, Replay: bankclient.ReplayOriginal,
+		FailedAfterSettledIsReturn: true}},
+	{"by-id/current-replay", bankclient.Capabilities{LookupByID: true, Replay: bankclient.ReplayCurrent,
+		ReturnsOnStatementsOnly: true}},
 	{"list-only", bankclient.Capabilities{Search: true, Replay: bankclient.ReplayStored}},
 }
 
@@ -89,6 +92,7 @@ type Bank struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
 	faults   Faults
+	returns  Returns
 	payments []*simPayment
 	keys     map[string]*keyEntry
 	log      []string
@@ -102,6 +106,12 @@ type simPayment struct {
 	createdAt time.Time
 	dueAt     time.Time
 	outcome   bankclient.Status
+	// returnAt, when not zero, is when the settled payment comes back:
+	// returnAmount of it (all of it, or a part: a partial return), for
+	// returnReason.
+	returnAt     time.Time
+	returnAmount int64
+	returnReason string
 }
 
 // keyEntry is what the bank remembers of a key: its first request and its
@@ -257,9 +267,9 @@ func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.Se
 		b.logf("send %s: replayed %s", key, e.payment.id)
 		if b.cfg.Caps.Replay == bankclient.ReplayOriginal {
 			// The original response, as it was when the payment was made.
-			return bankclient.SendResult{Payment: e.payment.view(e.payment.createdAt)}, nil
+			return bankclient.SendResult{Payment: b.report(e.payment, e.payment.createdAt)}, nil
 		}
-		return bankclient.SendResult{Payment: e.payment.view(now), Replayed: b.cfg.Caps.Replay == bankclient.ReplayStored}, nil
+		return bankclient.SendResult{Payment: b.report(e.payment, now), Replayed: b.cfg.Caps.Replay == bankclient.ReplayStored}, nil
 	}
 	e := &keyEntry{req: req}
 	if b.cfg.KeyTTL > 0 {
@@ -285,10 +295,19 @@ func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.Se
 	e.payment = p
 	b.payments = append(b.payments, p)
 	b.logf("send %s: executed %s for %s (%d %s), will be %s", key, p.id, req.Reference, req.AmountCents, req.Currency, p.outcome)
-	return bankclient.SendResult{Payment: p.view(now)}, nil
+	if p.outcome == bankclient.StatusSettled && b.chance(b.returns.Rate) {
+		amount := req.AmountCents
+		if amount > 1 && b.chance(b.returns.Partial) {
+			amount = 1 + b.rng.Int64N(amount-1)
+		}
+		b.setReturn(p, p.dueAt.Add(b.draw(b.returns.AfterMax)), amount, returnReasons[b.rng.IntN(len(returnReasons))])
+	}
+	return bankclient.SendResult{Payment: b.report(p, now)}, nil
 }
 
-// view returns the payment as the bank reports it at now.
+// view returns the payment as it stands in the bank's books at now: a
+// payment returned in full is returned; one returned in part stays settled
+// (the part that came back is a booking of its own, on statements).
 func (p *simPayment) view(now time.Time) bankclient.Payment {
 	status, updated, reason := bankclient.StatusAccepted, p.createdAt, ""
 	mid := p.createdAt.Add(p.dueAt.Sub(p.createdAt) / 2)
@@ -300,6 +319,9 @@ func (p *simPayment) view(now time.Time) bankclient.Payment {
 		}
 	case !now.Before(mid) && mid.After(p.createdAt):
 		status, updated = bankclient.StatusProcessing, mid
+	}
+	if p.returnedAt(now) && p.returnAmount == p.req.AmountCents {
+		status, updated, reason = bankclient.StatusReturned, p.returnAt, "returned: "+p.returnReason
 	}
 	return bankclient.Payment{
 		ID: p.id, IdempotencyKey: p.key, Reference: p.req.Reference, Status: status,
@@ -365,7 +387,7 @@ func (b *Bank) status(ctx context.Context, what, subject string, notFound error,
 			err = fmt.Errorf("error getting payment %s: %w", subject, notFound)
 			return nil
 		}
-		pay = p.view(now)
+		pay = b.report(p, now)
 		b.logf("%s %s: %s %s", what, subject, pay.ID, pay.Status)
 		return nil
 	})
@@ -401,7 +423,7 @@ func (b *Bank) Statement(ctx context.Context, after string, limit int) (bankclie
 	now := b.clock.Now()
 	page := bankclient.StatementPage{}
 	for _, p := range b.payments[start:end] {
-		page.Payments = append(page.Payments, p.view(now))
+		page.Payments = append(page.Payments, b.report(p, now))
 	}
 	if end < len(b.payments) {
 		page.Next = strconv.Itoa(end)

@@ -155,3 +155,132 @@ func TestDeterminism(t *testing.T) {
 		t.Fatalf("seed 42 diverged in length: %d vs %d lines", len(a), len(b))
 	}
 }
+
+// returnTargets are the settlements of a clean return schedule the return
+// plants act on.
+type returnTargets struct{ returned, confirmed, partial string }
+
+// cleanReturnSeed returns the first seed whose return schedule at the
+// by-key bank is clean and ends with a settlement returned, one confirmed
+// whose payment stands, and one confirmed whose payment came back in part,
+// with the run and its database.
+func cleanReturnSeed(ctx context.Context, t *testing.T) (*run, *dbtest.DB, returnTargets) {
+	t.Helper()
+	db := dbtest.New(t)
+	for seed := uint64(1); seed <= 60; seed++ {
+		if err := truncate(ctx, db.Pool); err != nil {
+			t.Fatal(err)
+		}
+		r, err := simulate(ctx, db.Pool, Config{Seed: seed, Settlements: 8, Returns: true, Bank: CapabilitySets[0].Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.res.Violations) > 0 {
+			t.Fatalf("seed %d is not clean:\n%s", seed, r.res.Report())
+		}
+		partial := map[string]bool{}
+		for _, ret := range r.bank.ReturnsBooked() {
+			partial[ret.Reference] = !ret.Full
+		}
+		var g returnTargets
+		rows, err := db.Pool.Query(ctx, `SELECT settlement_id, state FROM settlements ORDER BY settlement_id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id, state string
+			if err := rows.Scan(&id, &state); err != nil {
+				t.Fatal(err)
+			}
+			_, came := partial[id]
+			switch {
+			case state == "returned" && g.returned == "":
+				g.returned = id
+			case state == "confirmed" && partial[id] && g.partial == "":
+				g.partial = id
+			case state == "confirmed" && !came && g.confirmed == "":
+				g.confirmed = id
+			}
+		}
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		if g.returned != "" && g.confirmed != "" && g.partial != "" {
+			return r, db, g
+		}
+	}
+	t.Fatal("no seed of 1..60 ends with a returned, a confirmed and a partly returned settlement")
+	return nil, nil, returnTargets{}
+}
+
+// TestCheckerCatchesPlantedReturnViolations proves the checker can fail on
+// returns (DESIGN.md section 15): each case replays a clean return
+// schedule, plants one violation and expects the checker to name it.
+func TestCheckerCatchesPlantedReturnViolations(t *testing.T) {
+	t.Parallel()
+	toReturned := func(ctx context.Context, t *testing.T, tx pgx.Tx, id string) {
+		exec(ctx, t, tx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
+			VALUES ($1, 'confirmed', 'returned', 'planted', now())`, id)
+		exec(ctx, t, tx, `UPDATE settlements SET state = 'returned', needs_investigation = false, investigation_reason = NULL
+			WHERE settlement_id = $1`, id)
+		exec(ctx, t, tx, `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+			SELECT settlement_id, 'reversal', account_id, amount_cents, currency FROM settlements WHERE settlement_id = $1`, id)
+	}
+	for _, tc := range []struct {
+		name  string
+		plant func(ctx context.Context, t *testing.T, tx pgx.Tx, g returnTargets)
+		want  string
+	}{
+		{"second reversal", func(ctx context.Context, t *testing.T, tx pgx.Tx, g returnTargets) {
+			exec(ctx, t, tx, `ALTER TABLE ledger_movements DROP CONSTRAINT ledger_movements_settlement_id_kind_key`)
+			exec(ctx, t, tx, `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+				SELECT settlement_id, 'reversal', account_id, amount_cents, currency FROM settlements WHERE settlement_id = $1`, g.returned)
+		}, "returned with 3 ledger movement(s) (payout+reversal×2), want payout+reversal"},
+		{"reversal deleted", func(ctx context.Context, t *testing.T, tx pgx.Tx, g returnTargets) {
+			exec(ctx, t, tx, `SET LOCAL session_replication_role = replica`)
+			exec(ctx, t, tx, `DELETE FROM ledger_movements WHERE settlement_id = $1 AND kind = 'reversal'`, g.returned)
+		}, "returned with 1 ledger movement(s) (payout), want payout+reversal"},
+		{"returned without its transition", func(ctx context.Context, t *testing.T, tx pgx.Tx, g returnTargets) {
+			exec(ctx, t, tx, `UPDATE settlements SET state = 'returned' WHERE settlement_id = $1`, g.confirmed)
+			exec(ctx, t, tx, `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+				SELECT settlement_id, 'reversal', account_id, amount_cents, currency FROM settlements WHERE settlement_id = $1`, g.confirmed)
+		}, "state returned but the last transition went to confirmed"},
+		{"returned while the bank holds it settled", func(ctx context.Context, t *testing.T, tx pgx.Tx, g returnTargets) {
+			toReturned(ctx, t, tx, g.confirmed)
+		}, "returned but the bank holds its payment as settled"},
+		{"a return never booked", func(ctx context.Context, t *testing.T, tx pgx.Tx, g returnTargets) {
+			exec(ctx, t, tx, `SET LOCAL session_replication_role = replica`)
+			exec(ctx, t, tx, `DELETE FROM ledger_movements WHERE settlement_id = $1 AND kind = 'reversal'`, g.returned)
+			exec(ctx, t, tx, `DELETE FROM settlement_transitions WHERE settlement_id = $1 AND to_state = 'returned'`, g.returned)
+			exec(ctx, t, tx, `UPDATE settlements SET state = 'confirmed' WHERE settlement_id = $1`, g.returned)
+		}, "confirmed but the bank holds no settled payment"},
+		{"partial return booked in full", func(ctx context.Context, t *testing.T, tx pgx.Tx, g returnTargets) {
+			toReturned(ctx, t, tx, g.partial)
+		}, "the bank returned part of its payment, but it is returned"},
+		{"partial return left unflagged", func(ctx context.Context, t *testing.T, tx pgx.Tx, g returnTargets) {
+			exec(ctx, t, tx, `UPDATE settlements SET needs_investigation = false, investigation_reason = NULL WHERE settlement_id = $1`, g.partial)
+		}, "the bank returned part of its payment, but it is confirmed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			r, db, g := cleanReturnSeed(ctx, t)
+			if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				tc.plant(ctx, t, tx, g)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := reconcile.CheckInvariants(ctx, db.Pool, r.expect())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range got {
+				if strings.Contains(v, tc.want) {
+					return
+				}
+			}
+			t.Errorf("checker missed the planted violation (want %q), found: %q", tc.want, got)
+		})
+	}
+}

@@ -1,7 +1,10 @@
 // Package sim is settle's deterministic simulation (DESIGN.md section 11):
 // for a seed it generates a schedule of settlements, redeliveries,
-// conflicting payloads, sends, status checks, clock jumps, bank faults and
-// crashes, runs the real engine (intake.Service and reconcile.Resolver)
+// conflicting payloads, sends, status checks, clock jumps, bank faults,
+// crashes and returns of settled payments (reported by the status API as
+// each kind of bank reports them, by webhook hints and by imported camt.054
+// statements, in full or in part, before or after confirmation), runs the
+// real engine (intake.Service and reconcile.Resolver)
 // against a real PostgreSQL database and an in-memory model of the bank
 // ([Bank]), then checks the exactly-once invariants in SQL and against the
 // bank's books (reconcile.CheckInvariants).
@@ -21,7 +24,8 @@
 //
 // Running it:
 //
-//	go test ./internal/sim                                  # 400 seeds (-short: 20)
+//	go test ./internal/sim                                  # 400 seeds, and 2,000 small return schedules (-short: 20, 50)
+//	go test ./internal/sim -run 'TestSimulationReturns$' -sim.returns=10000
 //	go test ./internal/sim -run 'TestSimulation$' -sim.seeds=5000
 //	SETTLE_SIM_SEEDS=5000 go test ./internal/sim -run 'TestSimulation$'
 //	go test ./internal/sim -run 'TestSimulation$' -sim.seed=86 -v   # replay one seed, print its schedule

@@ -30,6 +30,12 @@ const (
 	// attempts, two 15 s legs each, 5 s between) behind two more actors'.
 	requestBound   = 10 * time.Minute
 	recoveryRounds = 40
+	// returnWatch is the engine's --return-watch: the status API is asked
+	// whether a confirmed payment came back for this long. Returns come
+	// up to returnAfterMax after settlement, so some come after the watch
+	// and only a statement tells of them.
+	returnWatch    = 3 * time.Hour
+	returnAfterMax = 4 * time.Hour
 )
 
 // Config configures one simulated run.
@@ -53,8 +59,15 @@ type Config struct {
 	// checker catches the double payment it allows: "replay-after-window"
 	// (replays decided as if requests arrived before they were sent) or
 	// "resend-after-window" (the engine believes keys live a hundred times
-	// longer than the bank keeps them). Empty: the engine as shipped.
+	// longer than the bank keeps them), "second-reversal" (the UNIQUE
+	// (settlement_id, kind) of ledger_movements dropped and every reversal
+	// written twice) or "reversal-outside-transition" (the reversal
+	// committed on its own, the process dying before the transition's
+	// transaction commits). Empty: the engine as shipped.
 	Plant string
+	// Returns gives every schedule's bank a return profile (drawn per
+	// seed); otherwise a quarter of the seeds return nothing.
+	Returns bool
 }
 
 // capabilities returns the capability set of cfg.
@@ -74,6 +87,8 @@ func (cfg Config) capabilities() (string, bankclient.Capabilities, error) {
 // Result is what a run did and found.
 type Result struct {
 	Seed uint64
+	// Config is the configuration the run had.
+	Config Config
 	// Trace is the schedule as executed, one line per step (with what the
 	// engine answered), then the recovery phase.
 	Trace []string
@@ -89,6 +104,10 @@ type Result struct {
 type Stats struct {
 	Settlements, Steps, Actors, Crashes, Cancels     int
 	Confirmed, Failed, Flagged, BankPayments, Rounds int
+	// Returns are the payments the bank returned (Partial of them in
+	// part), Returned the settlements that ended returned, Webhooks and
+	// Statements the hints and statement imports of the schedule.
+	Returns, Partial, Returned, Webhooks, Statements int
 }
 
 // Report formats the result for a failing test: the seed, how to replay
@@ -101,7 +120,11 @@ func (r *Result) Report() string {
 	}
 	fmt.Fprintf(&b, "%s: %d violation(s)", name, len(r.Violations))
 	if r.Seed != 0 {
-		fmt.Fprintf(&b, "; replay with: go test ./internal/sim -run 'TestSimulation$' -sim.seed=%d -v", r.Seed)
+		test := "TestSimulation"
+		if r.Config.Returns {
+			test = "TestSimulationReturns"
+		}
+		fmt.Fprintf(&b, "; replay with: go test ./internal/sim -run '%s$' -sim.seed=%d -v", test, r.Seed)
 	}
 	b.WriteString("\n")
 	for _, v := range r.Violations {
@@ -155,6 +178,9 @@ type run struct {
 	unacked map[delivery]bool
 	// conflictsAcked counts 409 answers per settlement.
 	conflictsAcked map[string]int
+	// statements are the statement files the bank sent so far (each may
+	// be imported again).
+	statements [][]byte
 
 	res *Result
 }
@@ -197,6 +223,9 @@ func simulate(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*run, error)
 	r.tracef("seed %d: %d settlements, %d steps, bank %s, bank key TTL %s, engine key TTL %s", cfg.Seed, n, steps, capsName, bankTTL, r.engineTTL)
 	r.genEvents(n)
 	r.setFaults(r.drawFaults())
+	if err := r.setReturns(ctx); err != nil {
+		return nil, err
+	}
 
 	for i := 0; i < steps; i++ {
 		if err := ctx.Err(); err != nil {
@@ -230,13 +259,16 @@ func newRun(pool *pgxpool.Pool, cfg Config, rng *rand.Rand, bankTTL time.Duratio
 		first:          map[string]intake.Event{},
 		unacked:        map[delivery]bool{},
 		conflictsAcked: map[string]int{},
-		res:            &Result{Seed: cfg.Seed},
+		res:            &Result{Seed: cfg.Seed, Config: cfg},
 	}
 }
 
 // finish runs the recovery phase and the checker.
 func (r *run) finish(ctx context.Context) (*Result, error) {
 	if err := r.recover(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.recoverReturns(ctx); err != nil {
 		return nil, err
 	}
 	violations, err := reconcile.CheckInvariants(ctx, r.pool, r.expect())
@@ -337,8 +369,9 @@ func (r *run) step(ctx context.Context, i int) error {
 // settlement that is due and that no human owns, one after the other, each
 // call with its own random faults.
 func (r *run) sweep(ctx context.Context, step int) error {
+	// Confirmed ones in their return watch are due too.
 	rows, err := r.pool.Query(ctx, `SELECT settlement_id FROM settlements
-		WHERE state NOT IN ('confirmed', 'failed') AND NOT needs_investigation AND next_check_at <= $1
+		WHERE state NOT IN ('failed', 'returned') AND NOT needs_investigation AND next_check_at <= $1
 		ORDER BY settlement_id`, r.clock.Now())
 	if err != nil {
 		return fmt.Errorf("error listing due settlements: %w", err)
@@ -384,7 +417,7 @@ func (r *run) advanceToBoundary(ctx context.Context, step int) error {
 	// those whose payment id no answer gave: only a replay or the list
 	// can tell what became of them.
 	rows, err := r.pool.Query(ctx, `SELECT settlement_id, first_attempt_at FROM settlements
-		WHERE first_attempt_at IS NOT NULL AND state NOT IN ('confirmed', 'failed')
+		WHERE first_attempt_at IS NOT NULL AND state NOT IN ('confirmed', 'failed', 'returned')
 		  AND ($1 OR bank_payment_id IS NULL) ORDER BY settlement_id`, r.caps.LookupByKey)
 	if err != nil {
 		return fmt.Errorf("error reading first attempts: %w", err)
@@ -429,6 +462,11 @@ const (
 	kindDeliver = iota
 	kindSend
 	kindResolve
+	// kindWebhook: the bank pushes a hint about a payment.
+	kindWebhook
+	// kindStatement: the bank sends a statement of its returns, which is
+	// imported.
+	kindStatement
 )
 
 // actors runs n engine calls at once, interleaved by the scheduler; with
@@ -444,6 +482,12 @@ func (r *run) actors(ctx context.Context, step, n int) error {
 			idx = r.rng.IntN(len(r.events))
 		}
 		kind := r.rng.IntN(3)
+		if r.bank.Returning() && r.rng.IntN(5) == 0 {
+			kind = kindWebhook
+			if r.rng.IntN(3) == 0 {
+				kind = kindStatement
+			}
+		}
 		if !r.delivered[idx] && r.rng.IntN(4) != 0 {
 			kind = kindDeliver
 		}
@@ -457,6 +501,10 @@ func (r *run) actors(ctx context.Context, step, n int) error {
 			fn, desc = r.deliverFn(a, d, out)
 		case kindSend:
 			fn, desc = r.resolverFn(a, idx, true, out)
+		case kindWebhook:
+			fn, desc = r.webhookFn(a, idx, out)
+		case kindStatement:
+			fn, desc = r.statementFn(a, out)
 		default:
 			fn, desc = r.resolverFn(a, idx, false, out)
 		}
@@ -566,13 +614,13 @@ func (r *run) deliverFn(a *actor, d delivery, out *string) (func(context.Context
 	}, desc
 }
 
-// resolverFn is one Resolver.Send (send) or Resolver.Resolve call.
-func (r *run) resolverFn(a *actor, idx int, send bool, out *string) (func(context.Context), string) {
-	id := r.events[idx].orig.SettlementID
+// resolver is the engine's Resolver as actor a runs it.
+func (r *run) resolver(a *actor) *reconcile.Resolver {
+	a.plant, a.pool = r.cfg.Plant, r.pool
 	rs := &reconcile.Resolver{
 		DB: actorDB{a: a, pool: r.pool}, Bank: actorBank{a: a, bank: r.bank}, Now: r.clock.Now,
 		KeyTTL: r.engineTTL, CheckInterval: checkInterval, MaxCheckInterval: maxCheckInterval, Lease: lease,
-		Capabilities: &r.caps, RequestBound: requestBound,
+		Capabilities: &r.caps, RequestBound: requestBound, ReturnWatch: returnWatch,
 	}
 	switch r.cfg.Plant {
 	case "replay-after-window":
@@ -580,6 +628,13 @@ func (r *run) resolverFn(a *actor, idx int, send bool, out *string) (func(contex
 	case "resend-after-window":
 		rs.KeyTTL = 100 * EngineKeyTTL
 	}
+	return rs
+}
+
+// resolverFn is one Resolver.Send (send) or Resolve call.
+func (r *run) resolverFn(a *actor, idx int, send bool, out *string) (func(context.Context), string) {
+	id := r.events[idx].orig.SettlementID
+	rs := r.resolver(a)
 	call, desc := rs.Resolve, "resolve "+id
 	if send {
 		call, desc = rs.Send, "send "+id
@@ -619,7 +674,7 @@ func (r *run) recover(ctx context.Context) error {
 	}
 	for round := 0; round < recoveryRounds; round++ {
 		rows, err := r.pool.Query(ctx, `SELECT settlement_id FROM settlements
-			WHERE state NOT IN ('confirmed', 'failed') AND NOT needs_investigation ORDER BY settlement_id`)
+			WHERE state NOT IN ('confirmed', 'failed', 'returned') AND NOT needs_investigation ORDER BY settlement_id`)
 		if err != nil {
 			return fmt.Errorf("error listing open settlements: %w", err)
 		}
@@ -684,6 +739,11 @@ func (r *run) expect() reconcile.Expect {
 		ConflictsAcked: r.conflictsAcked,
 		Recovered:      true,
 	}
+	for _, ret := range r.bank.ReturnsBooked() {
+		if !ret.Full {
+			e.PartialReturns = append(e.PartialReturns, ret.Reference)
+		}
+	}
 	for idx := range r.events {
 		if r.delivered[idx] {
 			e.Delivered = append(e.Delivered, r.events[idx].orig.SettlementID)
@@ -696,9 +756,16 @@ func (r *run) expect() reconcile.Expect {
 func (r *run) count(ctx context.Context) error {
 	s := &r.res.Stats
 	s.BankPayments = len(r.bank.Payments())
+	for _, ret := range r.bank.ReturnsBooked() {
+		s.Returns++
+		if !ret.Full {
+			s.Partial++
+		}
+	}
 	return r.pool.QueryRow(ctx, `SELECT
 		count(*) FILTER (WHERE state = 'confirmed'),
 		count(*) FILTER (WHERE state = 'failed'),
-		count(*) FILTER (WHERE needs_investigation)
-		FROM settlements`).Scan(&s.Confirmed, &s.Failed, &s.Flagged)
+		count(*) FILTER (WHERE needs_investigation),
+		count(*) FILTER (WHERE state = 'returned')
+		FROM settlements`).Scan(&s.Confirmed, &s.Failed, &s.Flagged, &s.Returned)
 }

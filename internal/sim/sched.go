@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,6 +62,10 @@ type actor struct {
 	onCommit       func()
 	notes          []string
 	panicValue     any
+	// plant is Config.Plant; the return plants act on the statements the
+	// actor sends (pool is where one commits on its own).
+	plant string
+	pool  *pgxpool.Pool
 }
 
 func newScheduler(rng *rand.Rand) *scheduler {
@@ -204,6 +209,39 @@ func (t *actorTx) dead(what string) error {
 func (t *actorTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if err := t.dead("tx exec"); err != nil {
 		return pgconn.CommandTag{}, err
+	}
+	if t.a.plant != "" && writesReversal(sql, args) {
+		return t.plantReversal(ctx, sql, args)
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+// writesReversal reports whether a statement is the engine's insert of a
+// reversal movement (the kind is its fourth argument).
+func writesReversal(sql string, args []any) bool {
+	return strings.Contains(sql, "INSERT INTO ledger_movements") && len(args) >= 4 && args[3] == "reversal"
+}
+
+// plantReversal writes a reversal the way the planted bug does:
+// "second-reversal" writes it twice in the transaction (the plant dropped
+// the UNIQUE that would refuse it); "reversal-outside-transition" commits
+// it on a connection of its own and dies before the transaction of the
+// transition commits.
+func (t *actorTx) plantReversal(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
+	switch t.a.plant {
+	case "second-reversal":
+		if _, err := t.Tx.Exec(ctx, sql, args...); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		t.a.note("planted: reversal written twice")
+	case "reversal-outside-transition":
+		if _, err := t.a.pool.Exec(ctx, sql, args...); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		t.a.crashed = true
+		t.a.note("planted: reversal committed on its own, crashed before the transition committed")
+		t.end()
+		return pgconn.CommandTag{}, errCrashed
 	}
 	return t.Tx.Exec(ctx, sql, args...)
 }
