@@ -58,8 +58,10 @@ const (
 	// ClassReturned: the statements bring a confirmed settlement's payout
 	// back (a return or a reversal) and the ledger has not reversed it.
 	ClassReturned Class = "returned"
-	// ClassReturnedAgreed: returned here, with its reversal, and the
-	// statements show the return (or nothing). Counted only.
+	// ClassReturnedAgreed: returned here, with its reversal, and the bank
+	// shows the return (against the bank's statement API: its one payment
+	// no longer settled; against imported statements: the return, or
+	// nothing). Counted only.
 	ClassReturnedAgreed Class = "returned_agreed"
 	// ClassUnmatchedEntries counts statement lines no settlement explains
 	// (each booking once, however many files show it).
@@ -516,15 +518,22 @@ const classifySQL = `
 		       coalesce(s.bank_reference, s.settlement_id, b.reference) AS ref,
 		       s.state, s.amount_cents, s.currency, s.needs_investigation, s.investigation_reason,
 		       m.settlement_id IS NOT NULL AS has_mv, m.amount_cents AS mv_amount, m.currency AS mv_currency,
+		       rv.settlement_id IS NOT NULL AS has_rv,
 		       coalesce(b.n, 0) AS n, coalesce(b.n_settled, 0) AS n_settled,
 		       b.status AS bank_status, b.amount_cents AS bank_amount, b.currency AS bank_currency
-		FROM (settlements s LEFT JOIN ledger_movements m ON m.settlement_id = s.settlement_id AND m.kind = 'payout')
+		FROM (settlements s LEFT JOIN ledger_movements m ON m.settlement_id = s.settlement_id AND m.kind = 'payout'
+		      LEFT JOIN ledger_movements rv ON rv.settlement_id = s.settlement_id AND rv.kind = 'reversal')
 		FULL JOIN b ON b.reference = coalesce(s.bank_reference, s.settlement_id)
 	), c AS (
 		SELECT j.*, CASE
 			WHEN n >= 2 THEN 'duplicate_at_bank'
 			WHEN state IS NULL THEN
 				CASE WHEN bank_status IN ('failed', 'returned') THEN 'bank_failed_unknown' ELSE 'missing_in_ledger' END
+			WHEN state = 'returned' THEN
+				-- Paid, then back: the payout and its reversal here, the
+				-- bank's one payment no longer settled (returned, or failed
+				-- after it was paid at a bank that says so).
+				CASE WHEN has_mv AND has_rv AND n = 1 AND n_settled = 0 THEN 'returned_agreed' ELSE 'status_mismatch' END
 			WHEN has_mv AND state <> 'confirmed' THEN 'status_mismatch'
 			WHEN state NOT IN ('confirmed', 'failed') THEN 'unresolved'
 			WHEN state = 'confirmed' AND NOT has_mv THEN
@@ -540,7 +549,7 @@ const classifySQL = `
 	)`
 
 func classCounts(ctx context.Context, tx pgx.Tx, counts *BankCounts) error {
-	for _, cl := range []Class{ClassMatched, ClassFailedAgreed, ClassBankFailedUnknown} {
+	for _, cl := range []Class{ClassMatched, ClassFailedAgreed, ClassReturnedAgreed, ClassBankFailedUnknown} {
 		counts.ByClass[cl] = 0
 	}
 	for _, cl := range BreakClasses {

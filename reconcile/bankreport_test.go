@@ -396,3 +396,34 @@ func (g *genBank) Statement(_ context.Context, after string, limit int) (bankcli
 }
 
 var _ bankclient.Bank = (*genBank)(nil)
+
+// TestBankReportReturned: a settlement returned here with its reversal,
+// whose payment the bank returned, agrees; one returned here while the
+// bank still holds its payment settled, or returned without its reversal,
+// is a status mismatch.
+func TestBankReportReturned(t *testing.T) {
+	t.Parallel()
+	b := setupReport(t)
+	ctx := context.Background()
+	reversal := func(id string, amount int64) {
+		if _, err := b.db.Pool.Exec(ctx, `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+			VALUES ($1, 'reversal', 'acc-1', $2, 'EUR')`, id, amount); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := b.pay(t, "back", 700)
+	b.seed(t, "back", 700, settlement.Returned, true)
+	reversal("back", 700)
+	if err := b.bank.Return(back.ID, "AC04"); err != nil {
+		t.Fatal(err)
+	}
+	rep := b.report(t, nil)
+	if rep.Discrepancies() != 0 || rep.ByClass[ClassReturnedAgreed] != 1 {
+		t.Fatalf("returned at both ends: returned_agreed %d, breaks %+v", rep.ByClass[ClassReturnedAgreed], rep.Breaks)
+	}
+
+	b.pay(t, "not-back", 800)
+	b.seed(t, "not-back", 800, settlement.Returned, true)
+	reversal("not-back", 800)
+	onlyBreak(t, b.report(t, nil), ClassStatusMismatch, "not-back")
+}

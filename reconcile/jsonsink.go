@@ -47,6 +47,7 @@ func (j *BankJSON) Counts(c BankCounts) error {
 	head := map[string]any{
 		"matched":             c.ByClass[ClassMatched],
 		"failed_agreed":       c.ByClass[ClassFailedAgreed],
+		"returned_agreed":     c.ByClass[ClassReturnedAgreed],
 		"bank_failed_unknown": c.ByClass[ClassBankFailedUnknown],
 		"discrepancies":       c.Discrepancies(),
 		"settlements":         c.Settlements,

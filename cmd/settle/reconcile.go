@@ -734,6 +734,7 @@ func (t *bankTable) Counts(c reconcile.BankCounts) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", cl, c.ByClass[cl], note)
 	}
 	fmt.Fprintf(tw, "failed_agreed\t%d\tfailed here, failed or never created at the bank\n", c.ByClass[reconcile.ClassFailedAgreed])
+	fmt.Fprintf(tw, "returned_agreed\t%d\treturned here with its reversal, returned at the bank\n", c.ByClass[reconcile.ClassReturnedAgreed])
 	if n := c.ByClass[reconcile.ClassBankFailedUnknown]; n > 0 {
 		fmt.Fprintf(tw, "bank_failed_unknown\t%d\tfailed bank payments for ids we never had\n", n)
 	}
