@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/workertest"
+)
+
+// TestReturnsEndToEnd is the acceptance test of issue 17 on the settle
+// profile: a fifth of the settled payments come back shortly after they
+// settle, two worker processes share the work and one of them is
+// SIGKILLed mid-run. Every payment the bank returned ends returned with
+// exactly one reversal (or failed with no movement when it came back
+// before the engine saw it settle), every invariant holds, and
+// `settle reconcile bank` is clean.
+func TestReturnsEndToEnd(t *testing.T) {
+	t.Parallel()
+	returnsEndToEnd(t, bankclient.SettleConnector.Name, "bene-%04d")
+}
+
+// TestReturnsEndToEndStripe is TestReturnsEndToEnd through the Stripe
+// connector and the fakebank's stripe profile, where a returned payout
+// reads paid, then failed.
+func TestReturnsEndToEndStripe(t *testing.T) {
+	t.Parallel()
+	returnsEndToEnd(t, "stripe", "ba_ret%04d")
+}
+
+// returnsEndToEnd runs the returns acceptance test against the bank of
+// connector name, beneficiary formatting each settlement's number.
+func returnsEndToEnd(t *testing.T, name, beneficiary string) {
+	if testing.Short() {
+		t.Skip("multi-process end-to-end test")
+	}
+	const (
+		n          = 150
+		batchSize  = 10
+		returnRate = 0.2
+		settleMS   = 100
+		returnMS   = 1000
+	)
+	db := dbtest.New(t)
+	// No settlement failures: a payment the bank reports failed (or
+	// returned) after it was paid is then a return at every profile.
+	b := startBankAs(t, 17, bankclient.Faults{
+		DropResponseRate: 0.1, StatusErrorRate: 0.05, LatencyMaxMS: 20,
+		SettleDelayMS: settleMS, ReturnRate: returnRate, ReturnAfterMS: returnMS,
+	}, name)
+	flags := append(workerFlags(b.url), "--bank", name)
+	workers := []*workertest.Worker{
+		startWorker(t, "w0", db.URL, nil, flags...),
+		startWorker(t, "w1", db.URL, nil, flags...),
+	}
+	urls := &lockedURLs{urls: []string{workers[0].URL(), workers[1].URL()}}
+
+	rng := rand.New(rand.NewPCG(17, 2))
+	want := make(map[string]int64, n)
+	stream := make([]intake.Event, 0, n)
+	for i := range n {
+		ev := intake.Event{
+			SettlementID: fmt.Sprintf("ret-%04d", i),
+			AccountID:    fmt.Sprintf("acc-%02d", i%7),
+			AmountCents:  int64(100 + rng.IntN(100_000)),
+			Currency:     []string{"EUR", "USD"}[i%2],
+			Beneficiary:  fmt.Sprintf(beneficiary, i),
+			EventID:      fmt.Sprintf("evt-%04d", i),
+		}
+		want[ev.SettlementID] = ev.AmountCents
+		stream = append(stream, ev)
+	}
+	ctx := context.Background()
+	batches := (n + batchSize - 1) / batchSize
+	for bi := range batches {
+		if bi == batches/2 {
+			// Mid-run, once returns are being booked and bank jobs run:
+			// kill w0 (the first started, most likely River's leader,
+			// which runs the sweep and so the return watch).
+			var returned, running int
+			settletest.Wait(t, "a return booked", func() (bool, string) {
+				if err := db.Pool.QueryRow(ctx, `SELECT
+					(SELECT count(*) FROM settlements WHERE state = 'returned'),
+					(SELECT count(*) FROM river_job WHERE queue = 'bank' AND state = 'running')`).Scan(&returned, &running); err != nil {
+					t.Fatal(err)
+				}
+				return returned > 0, fmt.Sprintf("%d returned, %d bank jobs running", returned, running)
+			})
+			workers[0].Kill()
+			t.Logf("SIGKILLed w0 after %d of %d batches, %d settlements returned, %d bank jobs running", bi, batches, returned, running)
+			urls.set(0, workers[1].URL())
+		}
+		evs := stream[bi*batchSize : min((bi+1)*batchSize, n)]
+		for i, st := range deliverBatch(t, urls, bi, evs) {
+			if st != http.StatusCreated && st != http.StatusOK {
+				t.Fatalf("%s answered %d", evs[i].SettlementID, st)
+			}
+		}
+	}
+
+	client, err := b.conn.New(b.url, bankclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every payment has had its time to come back (the bank's own clock
+	// says so), and the engine has booked every return the bank shows.
+	var returnedAtBank map[string]bool
+	settletest.Wait(t, "every return booked", func() (bool, string) {
+		ps, err := bankclient.AllPayments(ctx, client)
+		if err != nil {
+			return false, err.Error()
+		}
+		returnedAtBank = map[string]bool{}
+		young := 0
+		for _, p := range ps {
+			if time.Since(p.CreatedAt) < (settleMS+returnMS)*time.Millisecond {
+				young++
+			}
+			if p.Status == bankclient.StatusReturned || p.Status == bankclient.StatusFailed {
+				returnedAtBank[p.Reference] = true
+			}
+		}
+		var open, notBooked int
+		if err := db.Pool.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE state NOT IN ('confirmed', 'failed', 'returned')),
+			count(*) FILTER (WHERE state = 'confirmed' AND settlement_id = ANY($1))
+			FROM settlements`, keys(returnedAtBank)).Scan(&open, &notBooked); err != nil {
+			t.Fatal(err)
+		}
+		return len(ps) == n && young == 0 && open == 0 && notBooked == 0,
+			fmt.Sprintf("%d bank payments (%d young), %d returned at the bank, %d settlements open, %d returns not booked", len(ps), young, len(returnedAtBank), open, notBooked)
+	})
+
+	checkInvariants(t, db, b, want)
+	type row struct {
+		state                           string
+		payouts, reversals, toConfirmed int
+	}
+	rows, err := db.Pool.Query(ctx, `SELECT settlement_id, state,
+		(SELECT count(*) FROM ledger_movements m WHERE m.settlement_id = s.settlement_id AND kind = 'payout'),
+		(SELECT count(*) FROM ledger_movements m WHERE m.settlement_id = s.settlement_id AND kind = 'reversal'),
+		(SELECT count(*) FROM settlement_transitions t WHERE t.settlement_id = s.settlement_id AND to_state = 'confirmed')
+		FROM settlements s`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]row{}
+	for rows.Next() {
+		var id string
+		var r row
+		if err := rows.Scan(&id, &r.state, &r.payouts, &r.reversals, &r.toConfirmed); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = r
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	var returned, failedEarly int
+	for id := range returnedAtBank {
+		r := got[id]
+		switch {
+		case r.state == "returned" && r.payouts == 1 && r.reversals == 1:
+			returned++
+		case r.state == "failed" && r.toConfirmed == 0 && r.payouts == 0 && r.reversals == 0:
+			failedEarly++ // back before the engine saw it settle: nothing to reverse
+		default:
+			t.Errorf("%s: the bank returned its payment; it is %s with %d payout(s) and %d reversal(s) (confirmed %d time(s))",
+				id, r.state, r.payouts, r.reversals, r.toConfirmed)
+		}
+	}
+	for id, r := range got {
+		if !returnedAtBank[id] && r.state != "confirmed" {
+			t.Errorf("%s: %s, but the bank holds its payment settled", id, r.state)
+		}
+	}
+	if returned == 0 {
+		t.Errorf("no settlement ended returned (%d returned at the bank)", len(returnedAtBank))
+	}
+	t.Logf("%s: %d payments returned at the bank: %d settlements returned with one reversal, %d failed before confirmation",
+		name, len(returnedAtBank), returned, failedEarly)
+
+	// The ledger agrees with the bank: `settle reconcile bank` exits 0.
+	out, code := reconcileBank(t, db.URL, name, b.url)
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("settle reconcile bank exited %d: %v\n%s", code, err, out)
+	}
+	if rep["returned_agreed"] != float64(returned) {
+		t.Errorf("reconcile bank: returned_agreed %v, want %d", rep["returned_agreed"], returned)
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// reconcileBank runs `settle reconcile bank --json` against the database
+// and the bank of connector name, and returns its output and exit status.
+func reconcileBank(t *testing.T, dbURL, name, bankURL string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bintest.Build(t), "reconcile", "bank", "--json", "--bank", name, "--bank-url", bankURL)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "SETTLE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "DATABASE_URL="+dbURL)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if _, exited := err.(*exec.ExitError); err != nil && !exited {
+		t.Fatalf("settle reconcile bank: %v", err)
+	}
+	if stderr.Len() > 0 {
+		t.Logf("settle reconcile bank stderr: %s", stderr.String())
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
