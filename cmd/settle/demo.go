@@ -19,15 +19,18 @@ Runs the whole system in one command and shows what exactly-once means:
      cluster, or on the server of DATABASE_URL when set), and migrates it;
   2. starts the bundled bank simulator with a fault profile (--faults): it
      loses answers after executing payments, answers 5xx, adds latency,
-     rejects a few payments and fails a few at settlement;
+     rejects a few payments, fails a few at settlement, and returns a few
+     after they settled (at least 3: the money comes back);
   3. starts a worker (settle worker) against them;
   4. submits --events payout events through the HTTP API: about 80% first
      deliveries, then about 20% redeliveries and at least one conflicting
      event (a known settlement_id with another amount);
-  5. waits, with a progress bar, until every settlement is confirmed or failed;
+  5. waits, with a progress bar, until every settlement is confirmed, failed
+     or returned, and until every payment the bank returned is booked;
   6. prints the reconcile summary and the ledger-vs-bank reconciliation, and
      explains what happened: lost answers, uncertain settlements and how they
-     were resolved, replays, the conflict, and that nothing was paid twice.
+     were resolved, replays, the conflict, the returns (each settlement moved
+     to returned with one reversal), and that nothing was paid twice.
 
 Fault profiles: none; flaky (20% of payment answers lost after execution, 5%
 5xx, 5% of status calls 5xx, 2% rejected, 3% failed at settlement, 0-30 ms

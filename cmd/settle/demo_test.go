@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,7 +33,8 @@ func TestDemoFromNothing(t *testing.T) {
 		"max_payments_per_reference",
 		"settle statement import (the bank's camt.053 of",
 		".camt.053.xml: imported,",
-		"0 unmatched, 0 returns, 0 statements that do not balance",
+		"0 unmatched, ",
+		" returns, 0 statements that do not balance",
 		"returned 0  unresolved 0  unmatched_entries 0  balance_breaks 0",
 		"settle demo: OK, every invariant holds",
 	} {
@@ -39,11 +42,9 @@ func TestDemoFromNothing(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	// Every settlement is terminal and each confirmed one has one movement.
-	m := regexp.MustCompile(`confirmed (\d+)  failed (\d+)`).FindStringSubmatch(out)
-	mv := regexp.MustCompile(`movements (\d+)`).FindStringSubmatch(out)
-	if m == nil || mv == nil || m[1] != mv[1] {
-		t.Errorf("confirmed %v vs movements %v", m, mv)
+	checkDemoReturns(t, out)
+	if t.Failed() {
+		t.Log(out)
 	}
 	// It started the embedded cluster only for itself: it stops it, says so
 	// last, and the cluster is stopped afterwards.
@@ -54,8 +55,48 @@ func TestDemoFromNothing(t *testing.T) {
 	if status, code := runBin(t, bin, env, "db", "status"); code != exitFindings || !strings.Contains(status, "stopped") {
 		t.Errorf("settle db status after the demo exited %d:\n%s", code, status)
 	}
-	if t.Failed() {
-		t.Log(out)
+}
+
+// checkDemoReturns checks that the demo's report accounts for every
+// settlement and movement, that the bank returned at least a few payments,
+// and that the explanation says what became of them: returned, each with
+// one reversal (or failed, when one came back before settle saw it
+// settle), and agreed with the bank and its statement.
+func checkDemoReturns(t *testing.T, out string) {
+	t.Helper()
+	atoi := func(s string) int {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	st := regexp.MustCompile(`confirmed (\d+)  failed (\d+)  returned (\d+)`).FindStringSubmatch(out)
+	mv := regexp.MustCompile(`movements (\d+)`).FindStringSubmatch(out)
+	back := regexp.MustCompile(`(\d+) paid payments came back afterwards`).FindStringSubmatch(out)
+	found := regexp.MustCompile(`found (\d+) by asking the bank again during the return watch and (\d+) in the imported statement`).FindStringSubmatch(out)
+	moved := regexp.MustCompile(`those (\d+) settlements moved confirmed → returned, with one reversal movement`).FindStringSubmatch(out)
+	rev := regexp.MustCompile(`\((\d+) reversals; settle reconcile show ID tells each story\)`).FindStringSubmatch(out)
+	if st == nil || mv == nil || back == nil || found == nil || moved == nil || rev == nil {
+		t.Fatalf("the report does not account for the returns: states %v, movements %v, came back %v, found %v, moved %v, reversals %v",
+			st, mv, back, found, moved, rev)
+	}
+	confirmed, returned := atoi(st[1]), atoi(st[3])
+	if atoi(mv[1]) != confirmed+2*returned {
+		t.Errorf("%s movements for %d confirmed and %d returned settlements", mv[1], confirmed, returned)
+	}
+	early := 0
+	if m := regexp.MustCompile(`(\d+) came back before settle had seen them settle: failed`).FindStringSubmatch(out); m != nil {
+		early = atoi(m[1])
+	}
+	if atoi(back[1]) < 3 || atoi(back[1]) != returned+early {
+		t.Errorf("%s payments came back (at least 3 expected), %d settlements returned, %d failed for it", back[1], returned, early)
+	}
+	if atoi(found[1])+atoi(found[2]) != returned || atoi(moved[1]) != returned || atoi(rev[1]) != returned {
+		t.Errorf("returned %d, but found %s + %s, moved %s, reversals %s", returned, found[1], found[2], moved[1], rev[1])
+	}
+	if want := fmt.Sprintf("returned_agreed %d", returned); strings.Count(out, want) != 2 {
+		t.Errorf("the bank and statement reconciliations do not both say %q", want)
 	}
 }
 
@@ -89,6 +130,7 @@ func TestDemoOnStripe(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
+	checkDemoReturns(t, out)
 	if t.Failed() {
 		t.Log(out)
 	}

@@ -16,17 +16,21 @@ import (
 )
 
 // Profiles are the fault profiles of --faults.
+// Every profile but none returns a few settled payments a second after
+// they settled, as ACH and SEPA returns do days later.
 var Profiles = map[string]bankclient.Faults{
 	"none": {SettleDelayMS: 300},
 	"flaky": {
 		FailBeforeRate: 0.05, DropResponseRate: 0.20, StatusErrorRate: 0.05,
 		RejectRate: 0.02, SettlementFailureRate: 0.03,
 		LatencyMinMS: 0, LatencyMaxMS: 30, SettleDelayMS: 300,
+		ReturnRate: 0.05, ReturnAfterMS: 1000,
 	},
 	"hostile": {
 		FailBeforeRate: 0.15, DropResponseRate: 0.30, StatusErrorRate: 0.25,
 		RejectRate: 0.05, SettlementFailureRate: 0.08,
 		LatencyMinMS: 0, LatencyMaxMS: 80, SettleDelayMS: 500,
+		ReturnRate: 0.05, ReturnAfterMS: 1000,
 	},
 }
 
@@ -36,10 +40,14 @@ func describe(f bankclient.Faults) string {
 		return "no faults"
 	}
 	pct := func(p float64) string { return fmt.Sprintf("%g%%", p*100) }
-	return fmt.Sprintf("executes then loses %s of payment responses, answers 5xx to %s of payments and %s of status calls, "+
+	s := fmt.Sprintf("executes then loses %s of payment responses, answers 5xx to %s of payments and %s of status calls, "+
 		"rejects %s, fails %s at settlement, latency %d–%d ms",
 		pct(f.DropResponseRate), pct(f.FailBeforeRate), pct(f.StatusErrorRate), pct(f.RejectRate),
 		pct(f.SettlementFailureRate), f.LatencyMinMS, f.LatencyMaxMS)
+	if f.ReturnRate > 0 {
+		s += fmt.Sprintf(", returns %s of settled payments %d ms after they settled", pct(f.ReturnRate), f.ReturnAfterMS)
+	}
+	return s
 }
 
 // BankTraffic counts what the bank answered, seen from the bank's side of

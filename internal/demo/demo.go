@@ -88,6 +88,13 @@ type Report struct {
 	// Resent counts settlements whose instruction was posted more than once
 	// (always under the same key).
 	Resent int64
+	// Returns: the payments the bank returned after they settled;
+	// ReturnedByStatus and ReturnedByStatement the settlements booked
+	// returned (with their reversal) by the return watch's status checks
+	// and by the statement import; FailedReturned those whose payment came
+	// back before settle saw it settle (failed, nothing to reverse);
+	// Reversals the reversal movements.
+	Returns, ReturnedByStatus, ReturnedByStatement, FailedReturned, Reversals int64
 	// Violations lists the invariants that do not hold; empty is success.
 	Violations []string
 	Duration   time.Duration
@@ -202,13 +209,20 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		rep.Violations = append(rep.Violations, err.Error())
 	}
 
-	// The reports, against a calm bank (the storm is over; the report only reads).
+	// The reports, against a calm bank (the storm is over; the report only
+	// reads). Settled payments still come back, and at least a few do.
 	if err := bank.bank.SetFaults(bankclient.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
 		return rep, fmt.Errorf("error calming the bank: %w", err)
 	}
 	client, err := o.bankClient(bank.url)
 	if err != nil {
 		return rep, err
+	}
+	if err := o.returns(ctx, pool, bank, client, faults); err != nil {
+		if !errors.Is(err, errTimeout) {
+			return rep, err
+		}
+		rep.Violations = append(rep.Violations, err.Error())
 	}
 	if err := rep.read(ctx, pool, bank, client); err != nil {
 		return rep, err
@@ -243,8 +257,8 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 
 var errTimeout = errors.New("not every settlement became terminal in time")
 
-// waitTerminal polls the state counts until every settlement is confirmed
-// or failed, drawing a progress bar.
+// waitTerminal polls the state counts until every settlement is confirmed,
+// failed or returned, drawing a progress bar.
 func (o Options) waitTerminal(ctx context.Context, pool *pgxpool.Pool, want int) error {
 	bar := o.bar(want, "settling")
 	defer bar.Finish()
@@ -258,7 +272,7 @@ func (o Options) waitTerminal(ctx context.Context, pool *pgxpool.Pool, want int)
 		if err != nil {
 			return err
 		}
-		terminal := by["confirmed"] + by["failed"]
+		terminal := by["confirmed"] + by["failed"] + by["returned"]
 		if terminal != last {
 			bar.Set(terminal)
 			last = terminal
@@ -297,6 +311,22 @@ func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer,
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM settlements WHERE send_attempts > 1`).Scan(&r.Resent); err != nil {
 		return fmt.Errorf("error counting resent settlements: %w", err)
 	}
+	ps, err := bankclient.AllPayments(ctx, client)
+	if err != nil {
+		return fmt.Errorf("error reading the bank's statement: %w", err)
+	}
+	back := backAtBank(ps)
+	r.Returns = int64(len(back))
+	err = pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE s.state = 'returned' AND r.reason NOT LIKE 'statement:%'),
+		count(*) FILTER (WHERE s.state = 'returned' AND r.reason LIKE 'statement:%'),
+		count(*) FILTER (WHERE s.state = 'failed' AND coalesce(s.bank_reference, s.settlement_id) = ANY($1)),
+		(SELECT count(*) FROM ledger_movements WHERE kind = 'reversal')
+		FROM settlements s LEFT JOIN settlement_transitions r ON r.settlement_id = s.settlement_id AND r.to_state = 'returned'`,
+		back).Scan(&r.ReturnedByStatus, &r.ReturnedByStatement, &r.FailedReturned, &r.Reversals)
+	if err != nil {
+		return fmt.Errorf("error counting returns: %w", err)
+	}
 	return nil
 }
 
@@ -308,15 +338,18 @@ func (r *Report) check(st Stream) {
 		fail("submit counted %d created, %d replayed, %d conflict, %d invalid, %d errors; expected %d, %d, %d, 0, 0",
 			s.Created, s.Replayed, s.Conflict, s.Invalid, s.Errors, r.Settlements, r.Redeliveries, r.Conflicts)
 	}
-	confirmed, failed := sum.ByState["confirmed"], sum.ByState["failed"]
-	if int(confirmed+failed) != r.Settlements {
-		fail("%d of %d settlements are terminal", confirmed+failed, r.Settlements)
+	confirmed, failed, returned := sum.ByState["confirmed"], sum.ByState["failed"], sum.ByState["returned"]
+	if int(confirmed+failed+returned) != r.Settlements {
+		fail("%d of %d settlements are terminal", confirmed+failed+returned, r.Settlements)
 	}
 	if sum.NeedsInvestigation != 0 {
 		fail("%d settlements need investigation", sum.NeedsInvestigation)
 	}
-	if sum.Movements != confirmed {
-		fail("%d ledger movements for %d confirmed settlements", sum.Movements, confirmed)
+	if sum.Movements != confirmed+2*returned || r.Reversals != returned {
+		fail("%d ledger movements (%d reversals) for %d confirmed and %d returned settlements", sum.Movements, r.Reversals, confirmed, returned)
+	}
+	if returned+r.FailedReturned != r.Returns {
+		fail("the bank returned %d payments; %d settlements are returned and %d failed for it", r.Returns, returned, r.FailedReturned)
 	}
 	if sum.Conflicts != int64(r.Conflicts) {
 		fail("%d receipt conflicts recorded, %d sent", sum.Conflicts, r.Conflicts)
@@ -337,7 +370,10 @@ func (r *Report) check(st Stream) {
 	if m := r.Bank.ByClass[reconcile.ClassMatched]; m != confirmed {
 		fail("%d settlements matched at the bank, %d confirmed", m, confirmed)
 	}
-	r.checkStatements(confirmed)
+	if m := r.Bank.ByClass[reconcile.ClassReturnedAgreed]; m != returned {
+		fail("%d settlements returned at the bank, %d returned here", m, returned)
+	}
+	r.checkStatements(confirmed, returned)
 }
 
 // checkInvariants runs the one exactly-once checker
@@ -369,14 +405,14 @@ func (r Report) print(w io.Writer) {
 	s := r.Summary
 	p("")
 	p("settle reconcile (summary)")
-	p("  by state      pending %d  sent %d  uncertain %d  confirmed %d  failed %d",
-		s.ByState["pending"], s.ByState["sent"], s.ByState["uncertain"], s.ByState["confirmed"], s.ByState["failed"])
+	p("  by state      pending %d  sent %d  uncertain %d  confirmed %d  failed %d  returned %d",
+		s.ByState["pending"], s.ByState["sent"], s.ByState["uncertain"], s.ByState["confirmed"], s.ByState["failed"], s.ByState["returned"])
 	p("  receipts %d  replays %d  conflicts %d  movements %d  needs investigation %d",
 		s.Receipts, s.Replays, s.Conflicts, s.Movements, s.NeedsInvestigation)
 	p("")
 	p("settle reconcile bank (ledger vs the bank's statement, %d payments)", r.Bank.BankPayments)
 	var parts []string
-	for _, c := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed}, reconcile.BreakClasses...) {
+	for _, c := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed, reconcile.ClassReturnedAgreed}, reconcile.BreakClasses...) {
 		parts = append(parts, fmt.Sprintf("%s %d", c, r.Bank.ByClass[c]))
 	}
 	p("  %s", strings.Join(parts[:3], "  "))
@@ -408,12 +444,15 @@ func (r Report) print(w io.Writer) {
 		r.Submit.Replayed, plural(r.Submit.Conflict, "event", "events"))
 	p("    known settlement_id with another amount: refused with 409 and recorded for investigation, never applied")
 	p("    (settle reconcile conflicts lists them).")
-	p("  - %d settlements ended confirmed, %d failed (rejected by the bank or failed at settlement: nothing moved).",
+	p("  - %d settlements ended confirmed, %d failed (rejected by the bank or failed at settlement: nothing moved),",
 		s.ByState["confirmed"], s.ByState["failed"])
+	p("    %d returned (paid, then the money came back).", s.ByState["returned"])
+	r.printReturns(p)
 	p("  - Every settlement was paid at most once: the bank holds at most %d payment per settlement",
 		r.BankStats.MaxPaymentsPerReference)
-	p("    (max_payments_per_reference), and the ledger has exactly one movement per confirmed settlement (%d = %d).",
-		s.Movements, s.ByState["confirmed"])
+	p("    (max_payments_per_reference), and the ledger has one payout per confirmed or returned settlement and one")
+	p("    reversal per returned one (%d movements = %d confirmed + 2 × %d returned).",
+		s.Movements, s.ByState["confirmed"], s.ByState["returned"])
 	if len(r.Imports) > 0 {
 		var entries, lines int64
 		for _, im := range r.Imports {

@@ -81,8 +81,9 @@ func fetchStatement(ctx context.Context, client *http.Client, url string) (body 
 }
 
 // checkStatements adds the violations of the statement reconciliation:
-// every confirmed settlement on a statement, matched, nothing else.
-func (r *Report) checkStatements(confirmed int64) {
+// every confirmed settlement on a statement, matched, every returned one
+// returned there too, nothing else.
+func (r *Report) checkStatements(confirmed, returned int64) {
 	fail := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
 	if len(r.Imports) == 0 {
 		if confirmed > 0 {
@@ -101,6 +102,9 @@ func (r *Report) checkStatements(confirmed int64) {
 	}
 	if m := c.ByClass[reconcile.ClassMatched]; m != confirmed {
 		fail("%d settlements matched on the bank's statements, %d confirmed", m, confirmed)
+	}
+	if m := c.ByClass[reconcile.ClassReturnedAgreed]; m != returned {
+		fail("%d settlements returned on the bank's statements, %d returned here", m, returned)
 	}
 	if n := c.ByClass[reconcile.ClassUnresolved]; n != 0 {
 		fail("%d settlements unresolved at the statement reconciliation", n)
@@ -124,12 +128,13 @@ func (r Report) printStatements(p func(string, ...any)) {
 	c := r.StatementBank
 	p("settle reconcile bank --statements (ledger vs the imported statements, %d lines)", c.StatementLines)
 	var parts []string
-	for _, cl := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed}, reconcile.StatementBreakClasses...) {
+	for _, cl := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed, reconcile.ClassReturnedAgreed},
+		reconcile.StatementBreakClasses...) {
 		parts = append(parts, fmt.Sprintf("%s %d", cl, c.ByClass[cl]))
 	}
 	parts = append(parts, fmt.Sprintf("%s %d", reconcile.ClassUnmatchedEntries, c.ByClass[reconcile.ClassUnmatchedEntries]),
 		fmt.Sprintf("%s %d", reconcile.ClassBalanceBreaks, c.ByClass[reconcile.ClassBalanceBreaks]))
-	p("  %s", strings.Join(parts[:2], "  "))
-	p("  %s", strings.Join(parts[2:], "  "))
+	p("  %s", strings.Join(parts[:3], "  "))
+	p("  %s", strings.Join(parts[3:], "  "))
 	p("")
 }
