@@ -257,3 +257,54 @@ func TestReturnPlantsInSchedules(t *testing.T) {
 		})
 	}
 }
+
+// TestReturnCrashBeforeCommit: at every kind of bank, the process booking a
+// return (from each source) dies after its transaction moved the
+// settlement to returned and wrote the reversal, before the commit: the
+// database keeps neither (the settlement stays confirmed with its payout
+// alone), and the next report of the return books exactly one reversal.
+func TestReturnCrashBeforeCommit(t *testing.T) {
+	for _, cs := range CapabilitySets {
+		for _, src := range []string{"status", "webhook", "statement"} {
+			if cs.Caps.ReturnsOnStatementsOnly && src != "statement" {
+				continue // that bank's status API never reports the return
+			}
+			t.Run(cs.Name+"/"+src, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				b := setupReturn(ctx, t, cs.Name, "", false)
+				b.returnNow(t, 0)
+				r := b.r
+				r.script(ctx, t, src+", crashing before the commit", func(a *actor, out *string) (func(context.Context), string) {
+					return returnSources[src](r, a, out)
+				}, func(a *actor) { a.crashBeforeReturnCommit = true })
+				b.wantState(ctx, t, "confirmed")
+				var payouts, reversals, toReturned int
+				if err := b.db.Pool.QueryRow(ctx, `SELECT
+					(SELECT count(*) FROM ledger_movements WHERE kind = 'payout'),
+					(SELECT count(*) FROM ledger_movements WHERE kind = 'reversal'),
+					(SELECT count(*) FROM settlement_transitions WHERE to_state = 'returned')`).Scan(&payouts, &reversals, &toReturned); err != nil {
+					t.Fatal(err)
+				}
+				if payouts != 1 || reversals != 0 || toReturned != 0 {
+					t.Fatalf("after the crash: %d payouts, %d reversals, %d transitions to returned; want 1, 0, 0:\n%s",
+						payouts, reversals, toReturned, strings.Join(r.res.Trace, "\n"))
+				}
+				if !strings.Contains(strings.Join(r.res.Trace, "\n"), "crashed before committing the move to returned") {
+					t.Fatalf("the actor did not reach the commit:\n%s", strings.Join(r.res.Trace, "\n"))
+				}
+				r.script(ctx, t, src+" again", func(a *actor, out *string) (func(context.Context), string) {
+					return returnSources[src](r, a, out)
+				}, nil)
+				b.wantState(ctx, t, "returned")
+				res, err := r.finish(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(res.Violations) > 0 {
+					t.Fatalf("exactly-once broken:\n%s", res.Report())
+				}
+			})
+		}
+	}
+}

@@ -66,6 +66,10 @@ type actor struct {
 	// actor sends (pool is where one commits on its own).
 	plant string
 	pool  *pgxpool.Pool
+	// crashBeforeReturnCommit kills the actor at the commit of a
+	// transaction that wrote a reversal: after the transition to returned
+	// and the reversal, before either is committed.
+	crashBeforeReturnCommit bool
 }
 
 func newScheduler(rng *rand.Rand) *scheduler {
@@ -197,6 +201,8 @@ type actorTx struct {
 	pgx.Tx
 	a      *actor
 	closed bool
+	// reversal is set once the transaction wrote a reversal movement.
+	reversal bool
 }
 
 func (t *actorTx) dead(what string) error {
@@ -210,8 +216,11 @@ func (t *actorTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 	if err := t.dead("tx exec"); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if t.a.plant != "" && writesReversal(sql, args) {
-		return t.plantReversal(ctx, sql, args)
+	if writesReversal(sql, args) {
+		t.reversal = true
+		if t.a.plant != "" {
+			return t.plantReversal(ctx, sql, args)
+		}
 	}
 	return t.Tx.Exec(ctx, sql, args...)
 }
@@ -274,6 +283,12 @@ func (t *actorTx) Commit(ctx context.Context) error {
 	if err := t.dead("commit"); err != nil {
 		t.end()
 		return err
+	}
+	if t.reversal && t.a.crashBeforeReturnCommit {
+		t.a.crashed = true
+		t.a.note("crashed before committing the move to returned and its reversal")
+		t.end()
+		return errCrashed
 	}
 	t.closed = true
 	t.a.inTx = false
