@@ -81,7 +81,9 @@ func TestReturnByStatus(t *testing.T) {
 }
 
 // TestReturnFromEverySourceAtOnce: the same return reported by the status
-// API and by statements, several times each, concurrently: one reversal.
+// API, by webhook hints (the settlement found by the hint, then a status
+// check, as internal/webhook does) and by statements, several times each,
+// concurrently: one reversal.
 func TestReturnFromEverySourceAtOnce(t *testing.T) {
 	t.Parallel()
 	b, payID := confirmedBundle(t, "ret-race", 900)
@@ -90,8 +92,18 @@ func TestReturnFromEverySourceAtOnce(t *testing.T) {
 	}
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	errs := make(chan error, 12)
+	errs := make(chan error, 18)
 	for range 6 {
+		wg.Go(func() {
+			id, found, err := FindByHint(ctx, b.db.Pool, bankclient.Hint{PaymentID: payID})
+			if err == nil && !found {
+				err = errors.New("the webhook's hint names no settlement")
+			}
+			if err == nil {
+				_, err = b.r.Resolve(ctx, id, nil)
+			}
+			errs <- err
+		})
 		wg.Go(func() {
 			_, err := b.r.ApplyReturn(ctx, "ret-race", "statement", 900, "MS03")
 			errs <- err
