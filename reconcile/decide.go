@@ -311,6 +311,9 @@ const (
 	// ReasonFailedAfterSettled: the bank reports as failed a payment it had
 	// settled (not as a return).
 	ReasonFailedAfterSettled = "failed_after_settled"
+	// ReasonReturnNeverSent: a return is reported for a settlement settle
+	// never sent to the bank; only a human can tell what came back.
+	ReasonReturnNeverSent = "return_never_sent"
 )
 
 // Question is how the engine asks the bank about a settlement whose
@@ -448,6 +451,12 @@ func DecideReturn(f Facts, p Policy, now time.Time, amount int64, reason string)
 	pay := bankclient.Payment{ID: f.BankPaymentID, Status: bankclient.StatusReturned, AmountCents: amount, FailureReason: reason}
 	if f.State == settlement.Returned || f.State == settlement.Failed {
 		return Decision{To: f.State, Reason: "return already booked"}
+	}
+	if f.State == settlement.Pending && f.FirstAttemptAt.IsZero() {
+		// Nothing was ever sent under our key: the return is not of our
+		// payment, or our records are wrong. Failing it would pin the
+		// settlement failed on a stranger's word.
+		return flag(f, ReasonReturnNeverSent, fmt.Sprintf("a return of %d was reported for a settlement never sent", amount))
 	}
 	if f.State != settlement.Confirmed && amount != 0 && amount != f.AmountCents {
 		// Part of a payment came back before we saw it settle: some of

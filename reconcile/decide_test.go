@@ -206,8 +206,9 @@ func TestClassify(t *testing.T) {
 
 // TestDecideReturn: a return reported by a statement, by state and amount.
 // A return of the whole amount reverses a confirmed settlement and fails
-// one never seen to settle (nothing to reverse); a return of another
-// amount is flagged whatever the state, never guessed.
+// one sent but never seen to settle (nothing to reverse); a return of
+// another amount, or of a settlement never sent, is flagged whatever the
+// state, never guessed.
 func TestDecideReturn(t *testing.T) {
 	t.Parallel()
 	now := t0.Add(time.Hour)
@@ -223,6 +224,7 @@ func TestDecideReturn(t *testing.T) {
 		{settlement.Sent, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
 		{settlement.Uncertain, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
 		{settlement.Pending, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
+		{settlement.Pending, 1000, Decision{To: settlement.Failed, Definitive: true}},
 		{settlement.Returned, 1000, Decision{To: settlement.Returned}},
 		{settlement.Failed, 400, Decision{To: settlement.Failed}},
 	}
@@ -234,5 +236,10 @@ func TestDecideReturn(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+	// A return of a settlement never sent contradicts our records.
+	got := DecideReturn(facts0(settlement.Pending, time.Time{}), policy, now, 1000, "AC04")
+	if got.To != settlement.Uncertain || got.Flag != ReasonReturnNeverSent || got.WriteReversal || got.WriteMovement {
+		t.Errorf("a return of a settlement never sent: %+v, want uncertain flagged %s", got, ReasonReturnNeverSent)
 	}
 }
