@@ -661,11 +661,17 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	if d.WriteMovement {
 		crash.Point(crash.ConfirmBeforeCommit)
 	}
+	if d.WriteReversal {
+		crash.Point(crash.ReturnBeforeCommit)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return Outcome{}, fmt.Errorf("error committing the answer for settlement %s: %w", f.SettlementID, err)
 	}
 	if d.WriteMovement {
 		crash.Point(crash.ConfirmAfterCommit)
+	}
+	if d.WriteReversal {
+		crash.Point(crash.ReturnAfterCommit)
 	}
 	r.observe(f, d, flagReason)
 	r.logDecision(ctx, f, d, att)

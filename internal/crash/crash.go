@@ -47,6 +47,15 @@ const (
 	StatementAfterCommit  = "statement.after_commit"
 )
 
+// The crash points of a return (DESIGN.md section 15): after the
+// transition to returned and its reversal are written, just before and
+// just after their transaction commits. A worker reaches them only when
+// the bank returns a payment, so they are not in Points.
+const (
+	ReturnBeforeCommit = "return.before_commit"
+	ReturnAfterCommit  = "return.after_commit"
+)
+
 var (
 	once  sync.Once
 	armed string
