@@ -16,8 +16,10 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/workerproc"
 	"github.com/settle/settle/internal/workertest"
 )
 
@@ -236,4 +238,87 @@ func reconcileBank(t *testing.T, dbURL, name, bankURL string) (string, int) {
 		t.Logf("settle reconcile bank stderr: %s", stderr.String())
 	}
 	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// TestReturnCrashPoints kills a worker at each return crash point: after
+// the transition to returned and its reversal are written, just before
+// their transaction commits (neither remains: the settlement is still
+// confirmed with its payout alone) and just after (both remain). A second
+// worker then finishes the job: one reversal, one transition to returned,
+// every invariant held, `settle reconcile bank` clean.
+func TestReturnCrashPoints(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{bankclient.SettleConnector.Name, "stripe"} {
+		for _, point := range []string{crash.ReturnBeforeCommit, crash.ReturnAfterCommit} {
+			t.Run(name+"/"+point, func(t *testing.T) {
+				t.Parallel()
+				returnCrash(t, name, point)
+			})
+		}
+	}
+}
+
+func returnCrash(t *testing.T, name, point string) {
+	ctx := context.Background()
+	db := dbtest.New(t)
+	b := startBankAs(t, 1, bankclient.Faults{SettleDelayMS: 100}, name)
+	flags := append(workerFlags(b.url), "--bank", name)
+	ev := intake.Event{SettlementID: "ret-crash", AccountID: "acc-1", AmountCents: 4242, Currency: "EUR",
+		Beneficiary: map[string]string{"stripe": "ba_1RetCrash"}[name], EventID: "first"}
+	if ev.Beneficiary == "" {
+		ev.Beneficiary = "bene-1"
+	}
+	w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)
+	if code, err := post(w1.URL(), ev); err != nil || code != http.StatusCreated {
+		t.Fatalf("delivery = %d, %v", code, err)
+	}
+	var paymentID string
+	settletest.Wait(t, "the settlement confirmed", func() (bool, string) {
+		var state string
+		if err := db.Pool.QueryRow(ctx, `SELECT state, coalesce(bank_payment_id, '') FROM settlements`).Scan(&state, &paymentID); err != nil {
+			return false, err.Error()
+		}
+		return state == "confirmed" && paymentID != "", state
+	})
+	if err := b.Return(paymentID, "AC04"); err != nil {
+		t.Fatal(err)
+	}
+	if ps := waitExit(t, w1, 2*time.Minute); !workerproc.KilledBySIGKILL(ps) {
+		t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
+	}
+	state, reversals, toReturned := returnFacts(t, db)
+	want := map[string]struct {
+		state string
+		n     int
+	}{crash.ReturnBeforeCommit: {"confirmed", 0}, crash.ReturnAfterCommit: {"returned", 1}}[point]
+	if state != want.state || reversals != want.n || toReturned != want.n {
+		t.Fatalf("after the crash at %s: %s with %d reversal(s) and %d transition(s) to returned, want %s with %d of each",
+			point, state, reversals, toReturned, want.state, want.n)
+	}
+
+	startWorker(t, "w2", db.URL, nil, flags...)
+	settletest.Wait(t, "the settlement returned", func() (bool, string) {
+		state, _, _ := returnFacts(t, db)
+		return state == "returned", state
+	})
+	if state, reversals, toReturned := returnFacts(t, db); reversals != 1 || toReturned != 1 {
+		t.Errorf("%s with %d reversal(s) and %d transition(s) to returned, want one of each", state, reversals, toReturned)
+	}
+	checkInvariants(t, db, b, map[string]int64{ev.SettlementID: ev.AmountCents})
+	if out, code := reconcileBank(t, db.URL, name, b.url); code != 0 {
+		t.Errorf("settle reconcile bank exited %d:\n%s", code, out)
+	}
+}
+
+// returnFacts reads the one settlement's state, its reversals and its
+// transitions to returned.
+func returnFacts(t *testing.T, db *dbtest.DB) (state string, reversals, toReturned int) {
+	t.Helper()
+	if err := db.Pool.QueryRow(context.Background(), `SELECT state,
+		(SELECT count(*) FROM ledger_movements WHERE kind = 'reversal'),
+		(SELECT count(*) FROM settlement_transitions WHERE to_state = 'returned')
+		FROM settlements`).Scan(&state, &reversals, &toReturned); err != nil {
+		t.Fatal(err)
+	}
+	return state, reversals, toReturned
 }
