@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,11 +10,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/crash"
@@ -218,9 +222,17 @@ func keys(m map[string]bool) []string {
 // and the bank of connector name, and returns its output and exit status.
 func reconcileBank(t *testing.T, dbURL, name, bankURL string) (string, int) {
 	t.Helper()
+	return runSettle(t, dbURL, "reconcile", "bank", "--json", "--bank", name, "--bank-url", bankURL)
+}
+
+// runSettle runs the settle binary with args against the database at
+// dbURL (none of the user's SETTLE_* settings) and returns its standard
+// output and exit status; standard error is logged.
+func runSettle(t *testing.T, dbURL string, args ...string) (string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bintest.Build(t), "reconcile", "bank", "--json", "--bank", name, "--bank-url", bankURL)
+	cmd := exec.CommandContext(ctx, bintest.Build(t), args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "SETTLE_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -232,10 +244,11 @@ func reconcileBank(t *testing.T, dbURL, name, bankURL string) (string, int) {
 	out, err := cmd.Output()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("settle reconcile bank: %v", err)
+		t.Errorf("settle %s: %v", args[0], err)
+		return string(out), -1
 	}
 	if stderr.Len() > 0 {
-		t.Logf("settle reconcile bank stderr: %s", stderr.String())
+		t.Logf("settle %s stderr: %s", strings.Join(args[:2], " "), stderr.String())
 	}
 	return string(out), cmd.ProcessState.ExitCode()
 }
@@ -321,4 +334,133 @@ func returnFacts(t *testing.T, db *dbtest.DB) (state string, reversals, toReturn
 		t.Fatal(err)
 	}
 	return state, reversals, toReturned
+}
+
+// TestReturnFromEverySourceAtOnceProcesses: the same returns reported at
+// once by every source, through real processes: two workers' return
+// watches (status checks), signed webhooks posted to both workers twice
+// each, and `settle statement import` of the bank's camt.053 run twice at
+// the same moment. Each returned settlement books one reversal and one
+// transition to returned.
+func TestReturnFromEverySourceAtOnceProcesses(t *testing.T) {
+	t.Parallel()
+	const (
+		n      = 6
+		secret = "whsec-returns-at-once"
+	)
+	ctx := context.Background()
+	db := dbtest.New(t)
+	b := startBankAs(t, 3, bankclient.Faults{SettleDelayMS: 100}, bankclient.SettleConnector.Name)
+	flags := workerFlags(b.url)
+	env := []string{"SETTLE_BANK_WEBHOOK_SECRET=" + secret}
+	workers := []*workertest.Worker{startWorker(t, "w0", db.URL, env, flags...), startWorker(t, "w1", db.URL, env, flags...)}
+	for i := range n {
+		ev := intake.Event{SettlementID: fmt.Sprintf("once-%d", i), AccountID: "acc-1", AmountCents: int64(1000 + i),
+			Currency: "EUR", Beneficiary: "bene-1"}
+		if code, err := post(workers[i%2].URL(), ev); err != nil || code != http.StatusCreated {
+			t.Fatalf("delivery = %d, %v", code, err)
+		}
+	}
+	settletest.Wait(t, "every settlement confirmed", func() (bool, string) {
+		var confirmed int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM settlements WHERE state = 'confirmed'`).Scan(&confirmed); err != nil {
+			t.Fatal(err)
+		}
+		return confirmed == n, fmt.Sprintf("%d of %d confirmed", confirmed, n)
+	})
+	client, err := b.conn.New(b.url, bankclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := bankclient.AllPayments(ctx, client)
+	if err != nil || len(ps) != n {
+		t.Fatalf("%d bank payments, %v", len(ps), err)
+	}
+	for _, p := range ps {
+		if err := b.Return(p.ID, "MD06"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stmt, err := b.RenderStatement(time.Now().UTC(), fakebank.FormatCamt053, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "returns.camt.053.xml")
+	if err := os.WriteFile(file, stmt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	back, err := bankclient.AllPayments(ctx, client) // as they are now: returned
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*n+2)
+	for range 2 {
+		wg.Go(func() {
+			if out, code := runSettle(t, db.URL, "statement", "import", file); code != 0 && code != 1 {
+				errs <- fmt.Errorf("settle statement import exited %d:\n%s", code, out)
+			}
+		})
+	}
+	for _, p := range back {
+		body, err := json.Marshal(bankclient.SettleWebhook{Type: "payment.returned", Payment: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range workers {
+			for range 2 {
+				wg.Go(func() { errs <- postWebhook(w.URL(), body, secret) })
+			}
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	settletest.Wait(t, "every settlement returned", func() (bool, string) {
+		var returned int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM settlements WHERE state = 'returned'`).Scan(&returned); err != nil {
+			t.Fatal(err)
+		}
+		return returned == n, fmt.Sprintf("%d of %d returned", returned, n)
+	})
+	var reversals, toReturned, byStatement int
+	if err := db.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM ledger_movements WHERE kind = 'reversal'),
+		(SELECT count(*) FROM settlement_transitions WHERE to_state = 'returned'),
+		(SELECT count(*) FROM settlement_transitions WHERE to_state = 'returned' AND reason LIKE 'statement:%')`).
+		Scan(&reversals, &toReturned, &byStatement); err != nil {
+		t.Fatal(err)
+	}
+	if reversals != n || toReturned != n {
+		t.Errorf("%d reversals and %d transitions to returned for %d returned settlements", reversals, toReturned, n)
+	}
+	t.Logf("%d returns booked once each: %d by the statement import, %d by a status check (watch or webhook)", n, byStatement, n-byStatement)
+	checkInvariants(t, db, b, nil)
+	if out, code := reconcileBank(t, db.URL, bankclient.SettleConnector.Name, b.url); code != 0 {
+		t.Errorf("settle reconcile bank exited %d:\n%s", code, out)
+	}
+}
+
+// postWebhook posts a webhook of the settle protocol, signed with secret,
+// to the worker at baseURL; the worker must answer 202 (check enqueued).
+func postWebhook(baseURL string, body []byte, secret string) error {
+	req, err := http.NewRequest(http.MethodPost, baseURL+"/v1/bank/webhooks/settle", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set(bankclient.SettleSignatureHeader, bankclient.SignHMAC(body, secret, time.Now()))
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("webhook answered %d", resp.StatusCode)
+	}
+	return nil
 }
