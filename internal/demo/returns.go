@@ -44,8 +44,11 @@ func (o Options) returns(ctx context.Context, pool *pgxpool.Pool, bank *bankServ
 		return err
 	}
 	if len(back) < minReturns {
+		// Not one the bank returned already (its settlement may still be
+		// confirmed until the return watch asks).
 		rows, err := pool.Query(ctx, `SELECT bank_payment_id FROM settlements
-			WHERE state = 'confirmed' AND bank_payment_id IS NOT NULL ORDER BY settlement_id LIMIT $1`, minReturns-len(back))
+			WHERE state = 'confirmed' AND bank_payment_id IS NOT NULL AND coalesce(bank_reference, settlement_id) <> ALL($2)
+			ORDER BY settlement_id LIMIT $1`, minReturns-len(back), back)
 		if err != nil {
 			return fmt.Errorf("error choosing payments to return: %w", err)
 		}
