@@ -115,6 +115,24 @@ func (b *Bank) ReturnsBooked() []ReturnEntry {
 	return out
 }
 
+// PaymentsBooked returns every payment that has settled by now (returned
+// ones included: the payout was booked before the money came back) as the
+// statement books it, in order.
+func (b *Bank) PaymentsBooked() []ReturnEntry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	var out []ReturnEntry
+	for _, p := range b.payments {
+		if p.outcome != bankclient.StatusSettled || now.Before(p.dueAt) {
+			continue
+		}
+		out = append(out, ReturnEntry{PaymentID: p.id, Reference: p.req.Reference, Currency: p.req.Currency,
+			Amount: p.req.AmountCents, Full: true, At: p.dueAt})
+	}
+	return out
+}
+
 // LastReturnAt returns when the last return the bank has planned happens
 // (zero when none is).
 func (b *Bank) LastReturnAt() time.Time {

@@ -101,8 +101,10 @@ func (r *run) webhookFn(a *actor, idx int, out *string) (func(context.Context), 
 }
 
 // statementFn is the import of a statement from the bank: most often a new
-// notification of the returns that happened so far (all, or some), now and
-// then one imported before, again. The file is stored in one transaction
+// notification of the payouts and returns booked so far (all, or some), now
+// and then one imported before, again. A payout line resolves a settlement
+// whose answer was lost (Resolver.ApplyPaid); a return line starts the
+// return flow. The file is stored in one transaction
 // of its own (not interleaved); the returns it reports are then booked
 // through Resolver.ApplyReturn by this actor, interleaved with the others.
 func (r *run) statementFn(a *actor, out *string) (func(context.Context), string) {
@@ -111,38 +113,40 @@ func (r *run) statementFn(a *actor, out *string) (func(context.Context), string)
 		file []byte
 		desc string
 	)
-	rets := r.bank.ReturnsBooked()
+	paid, rets := r.bank.PaymentsBooked(), r.bank.ReturnsBooked()
 	switch {
-	case len(r.statements) > 0 && (len(rets) == 0 || r.rng.IntN(3) == 0):
+	case len(r.statements) > 0 && (len(paid) == 0 || r.rng.IntN(3) == 0):
 		n := r.rng.IntN(len(r.statements))
 		file, desc = r.statements[n], fmt.Sprintf("statement %d again", n+1)
-	case len(rets) == 0:
-		return func(context.Context) { *out = "nothing to report" }, "statement (no returns yet)"
+	case len(paid) == 0:
+		return func(context.Context) { *out = "nothing to report" }, "statement (nothing booked yet)"
 	default:
-		var some []ReturnEntry
 		all := r.rng.IntN(2) == 0
-		for _, ret := range rets {
-			if all || r.rng.IntN(3) != 0 {
-				some = append(some, ret)
+		some := func(es []ReturnEntry) []ReturnEntry {
+			var out []ReturnEntry
+			for _, e := range es {
+				if all || r.rng.IntN(3) != 0 {
+					out = append(out, e)
+				}
 			}
+			return out
 		}
-		if len(some) == 0 {
-			some = rets
-		}
-		file = r.statementFile(some)
-		desc = fmt.Sprintf("statement %d of %d return(s)", len(r.statements), len(some))
+		somePaid, someRets := some(paid), some(rets)
+		file = r.statementFile(somePaid, someRets)
+		desc = fmt.Sprintf("statement %d of %d payout(s) and %d return(s)", len(r.statements), len(somePaid), len(someRets))
 	}
 	return r.importFn(a, file, out), desc
 }
 
-// statementFile writes rets as the bank's next notification and keeps it.
-func (r *run) statementFile(rets []ReturnEntry) []byte {
+// statementFile writes paid and rets as the bank's next notification and
+// keeps it.
+func (r *run) statementFile(paid, rets []ReturnEntry) []byte {
 	reversal := make([]bool, len(rets))
 	for i := range reversal {
 		reversal[i] = r.rng.IntN(2) == 0
 	}
 	id := fmt.Sprintf("SIM-%d-%d", r.cfg.Seed, len(r.statements)+1)
-	file := camt054(id, r.clock.Now(), rets, func(i int) bool { return reversal[i] })
+	file := camt054(id, r.clock.Now(), paid, rets, func(i int) bool { return reversal[i] })
 	r.statements = append(r.statements, file)
 	return file
 }
@@ -174,7 +178,10 @@ func (r *run) recoverReturns(ctx context.Context) error {
 	if len(rets) == 0 {
 		return nil
 	}
-	file := r.statementFile(rets)
+	// Returns only: payout lines would also resolve what the schedule
+	// left flagged for a human (Resolver.ApplyPaid); the schedule's own
+	// statements carry them.
+	file := r.statementFile(nil, rets)
 	return r.single(ctx, "end of day", func(a *actor, out *string) (func(context.Context), string) {
 		return r.importFn(a, file, out), fmt.Sprintf("statement of all %d return(s)", len(rets))
 	})

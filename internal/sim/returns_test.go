@@ -85,7 +85,7 @@ var returnSources = map[string]func(r *run, a *actor, out *string) (func(context
 		return r.webhookFn(a, 0, out)
 	},
 	"statement": func(r *run, a *actor, out *string) (func(context.Context), string) {
-		return r.importFn(a, r.statementFile(r.bank.ReturnsBooked()), out), "statement"
+		return r.importFn(a, r.statementFile(r.bank.PaymentsBooked(), r.bank.ReturnsBooked()), out), "statement"
 	},
 }
 
