@@ -622,6 +622,9 @@ func (r *run) resolver(a *actor) *reconcile.Resolver {
 		KeyTTL: r.engineTTL, CheckInterval: checkInterval, MaxCheckInterval: maxCheckInterval, Lease: lease,
 		Capabilities: &r.caps, RequestBound: requestBound, ReturnWatch: returnWatch,
 	}
+	if r.caps.ReturnsOnStatementsOnly {
+		rs.ReturnWatch = 0 // as the worker configures it: statements bring the returns
+	}
 	switch r.cfg.Plant {
 	case "replay-after-window":
 		rs.RequestBound = -3 * EngineKeyTTL
