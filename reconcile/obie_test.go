@@ -270,7 +270,7 @@ func TestConsentStepRacesPayOnce(t *testing.T) {
 	if r := readRow(t, ob.db, "cons-race"); r.movements != 1 || r.moveAmount != 4100 {
 		t.Errorf("%+v: want one movement of 4100", r)
 	}
-	ps, err := bankclient.AllPayments(ctx, fakebanktest.Books(ob.bank))
+	ps, err := bankclient.AllPayments(ctx, ob.bank.BooksClient())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package demo
 import (
 	"bufio"
 	"context"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"net"
@@ -17,20 +18,22 @@ import (
 
 // Profiles are the fault profiles of --faults.
 // Every profile but none returns a few settled payments a second after
-// they settled, as ACH and SEPA returns do days later.
+// they settled, as ACH and SEPA returns do days later. At a bank that needs
+// a consent per payment (obie), the customer authorises each 200 ms after
+// it was asked for.
 var Profiles = map[string]bankclient.Faults{
-	"none": {SettleDelayMS: 300},
+	"none": {SettleDelayMS: 300, ConsentDelayMS: 200},
 	"flaky": {
 		FailBeforeRate: 0.05, DropResponseRate: 0.20, StatusErrorRate: 0.05,
 		RejectRate: 0.02, SettlementFailureRate: 0.03,
 		LatencyMinMS: 0, LatencyMaxMS: 30, SettleDelayMS: 300,
-		ReturnRate: 0.05, ReturnAfterMS: 1000,
+		ReturnRate: 0.05, ReturnAfterMS: 1000, ConsentDelayMS: 200,
 	},
 	"hostile": {
 		FailBeforeRate: 0.15, DropResponseRate: 0.30, StatusErrorRate: 0.25,
 		RejectRate: 0.05, SettlementFailureRate: 0.08,
 		LatencyMinMS: 0, LatencyMaxMS: 80, SettleDelayMS: 500,
-		ReturnRate: 0.05, ReturnAfterMS: 1000,
+		ReturnRate: 0.05, ReturnAfterMS: 1000, ConsentDelayMS: 200,
 	},
 }
 
@@ -76,8 +79,8 @@ type bankServer struct {
 	payments, created, replayed, rejected, dropped, refused, statusCalls, statusErrors atomic.Int64
 }
 
-func startBank(seed int64, faults bankclient.Faults, profile string) (*bankServer, error) {
-	b, err := fakebank.New(fakebank.Options{Seed: seed, Faults: faults, Profile: profile})
+func startBank(seed int64, faults bankclient.Faults, profile string, jwsKey *rsa.PublicKey) (*bankServer, error) {
+	b, err := fakebank.New(fakebank.Options{Seed: seed, Faults: faults, Profile: profile, JWSPublicKey: jwsKey})
 	if err != nil {
 		return nil, fmt.Errorf("error creating the bank: %w", err)
 	}
@@ -98,10 +101,14 @@ func (s *bankServer) count(h http.Handler) http.Handler {
 		rec := &recorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r)
 		switch {
-		case r.Method == http.MethodPost && (r.URL.Path == "/v1/payments" || r.URL.Path == "/v1/payouts"):
+		case r.Method == http.MethodPost && (r.URL.Path == "/v1/payments" || r.URL.Path == "/v1/payouts" ||
+			strings.HasSuffix(r.URL.Path, "/domestic-payments")):
 			// settle's protocol answers 201 created, 200 replayed, 422
 			// rejected; Stripe's 200 for both (a replay marked
-			// Idempotent-Replayed) and 400 rejected.
+			// Idempotent-Replayed) and 400 rejected; Open Banking's 201 for
+			// both (a replay is the current resource, unmarked: the bank's
+			// own count says how many), 400 rejected, and a 500 that does
+			// not say whether the payment was made.
 			s.payments.Add(1)
 			switch {
 			case rec.hijacked || rec.status == http.StatusGatewayTimeout:
@@ -115,7 +122,8 @@ func (s *bankServer) count(h http.Handler) http.Handler {
 			case rec.status == http.StatusUnprocessableEntity || rec.status == http.StatusBadRequest:
 				s.rejected.Add(1)
 			}
-		case r.Method == http.MethodGet && (strings.HasPrefix(r.URL.Path, "/v1/payments/") || strings.HasPrefix(r.URL.Path, "/v1/payouts/")):
+		case r.Method == http.MethodGet && (strings.HasPrefix(r.URL.Path, "/v1/payments/") || strings.HasPrefix(r.URL.Path, "/v1/payouts/") ||
+			strings.Contains(r.URL.Path, "/domestic-payments/")):
 			s.statusCalls.Add(1)
 			if rec.status >= 500 {
 				s.statusErrors.Add(1)

@@ -21,6 +21,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -80,8 +81,13 @@ type Report struct {
 	StatementBank reconcile.BankCounts
 	BankStats     bankclient.Stats
 	Traffic       BankTraffic
-	// asked says how the connector's bank was asked about a lost answer.
+	// asked says how the connector's bank was asked about a lost answer;
+	// caps is what it can do.
 	asked string
+	caps  bankclient.Capabilities
+	// Consents counts the bank's consents (banks that need one per
+	// payment), ConsentReplays the consent requests it answered again.
+	Consents, ConsentReplays int64
 	// Uncertain counts the settlements that were ever uncertain;
 	// ResolvedConfirmed and ResolvedFailed how they ended.
 	Uncertain, ResolvedConfirmed, ResolvedFailed int64
@@ -148,7 +154,29 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	}
 
 	// The bank and the worker.
-	bank, err := startBank(o.Seed, faults, o.Bank)
+	conn, err := bankclient.Lookup(o.Bank)
+	if err != nil {
+		return Report{}, err
+	}
+	caps := conn.Capabilities
+	var (
+		jwsKey    *rsa.PublicKey
+		workerEnv []string
+	)
+	if signsRequests[o.Bank] {
+		keyDir, err := os.MkdirTemp("", "settle-demo-key-")
+		if err != nil {
+			return Report{}, fmt.Errorf("error creating a directory for the demo's signing key: %w", err)
+		}
+		defer os.RemoveAll(keyDir)
+		key, path, err := signingKey(keyDir)
+		if err != nil {
+			return Report{}, err
+		}
+		jwsKey = &key.PublicKey
+		workerEnv = []string{bankclient.EnvSigningKeyFile + "=" + path, bankclient.EnvToken + "=" + randomToken()}
+	}
+	bank, err := startBank(o.Seed, faults, o.Bank, jwsKey)
 	if err != nil {
 		return Report{}, err
 	}
@@ -162,7 +190,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		return Report{}, fmt.Errorf("error creating the demo's log directory: %w", err)
 	}
 	token := randomToken()
-	worker, err := startWorker(ctx, o.Executable, dbURL, bank.url, o.Bank, token, filepath.Join(dir, "worker.log"))
+	worker, err := startWorker(ctx, o.Executable, dbURL, bank.url, o.Bank, token, filepath.Join(dir, "worker.log"), workerEnv)
 	if err != nil {
 		return Report{}, err
 	}
@@ -177,7 +205,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 
 	stream := GenerateFor(o.Bank, o.Events, o.Seed, time.Now())
 	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts,
-		asked: askedHow(o.Bank)}
+		asked: askedHow(o.Bank), caps: caps}
 	say("settle demo: %d payout events for %d settlements (%d redeliveries, %d conflicting), bank profile %q",
 		rep.Events, rep.Settlements, rep.Redeliveries, rep.Conflicts, o.Faults)
 	say("  database  %s", where)
@@ -214,21 +242,34 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if err := bank.bank.SetFaults(bankclient.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
 		return rep, fmt.Errorf("error calming the bank: %w", err)
 	}
-	client, err := o.bankClient(bank.url)
-	if err != nil {
-		return rep, err
+	// The bank's books, through its API where it has a list of payments,
+	// else read in this process (Open Banking has none).
+	client := bank.bank.BooksClient()
+	if !caps.NoList {
+		if client, err = conn.New(bank.url, bankclient.Options{}); err != nil {
+			return rep, err
+		}
 	}
-	if err := o.returns(ctx, pool, bank, client, faults); err != nil {
+	if err := o.returns(ctx, pool, bank, client, faults, !caps.ReturnsOnStatementsOnly); err != nil {
 		if !errors.Is(err, errTimeout) {
 			return rep, err
 		}
 		rep.Violations = append(rep.Violations, err.Error())
 	}
+	if caps.ReturnsOnStatementsOnly {
+		// Its returns reach settle only through the statement: import it
+		// before the reports are read.
+		if err := rep.importStatements(ctx, pool, bank.url, start); err != nil {
+			return rep, err
+		}
+	}
 	if err := rep.read(ctx, pool, bank, client); err != nil {
 		return rep, err
 	}
-	if err := rep.importStatements(ctx, pool, bank.url, start); err != nil {
-		return rep, err
+	if !caps.ReturnsOnStatementsOnly {
+		if err := rep.importStatements(ctx, pool, bank.url, start); err != nil {
+			return rep, err
+		}
 	}
 	rep.check(stream)
 	if err := rep.checkInvariants(ctx, pool, client, stream); err != nil {
@@ -296,11 +337,15 @@ func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer,
 	if r.Summary, err = (&reconcile.Inspector{DB: pool}).Summary(ctx); err != nil {
 		return fmt.Errorf("error reading the reconcile summary: %w", err)
 	}
-	var br reconcile.BankReport
-	if r.Bank, err = (&reconcile.BankReporter{DB: pool, Bank: client}).Run(ctx, &br); err != nil {
-		return fmt.Errorf("error reconciling with the bank: %w", err)
+	if !r.caps.NoList {
+		var br reconcile.BankReport
+		if r.Bank, err = (&reconcile.BankReporter{DB: pool, Bank: client}).Run(ctx, &br); err != nil {
+			return fmt.Errorf("error reconciling with the bank: %w", err)
+		}
 	}
 	r.BankStats = bank.bank.Stats()
+	cs := bank.bank.ConsentStats()
+	r.Consents, r.ConsentReplays = cs.Consents, cs.ConsentReplays
 	r.Traffic = bank.traffic()
 	err = pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE s.state = 'confirmed'), count(*) FILTER (WHERE s.state = 'failed')
 		FROM settlements s WHERE EXISTS (SELECT 1 FROM settlement_transitions t WHERE t.settlement_id = s.settlement_id AND t.to_state = 'uncertain')`).
@@ -361,6 +406,19 @@ func (r *Report) check(st Stream) {
 		fail("the bank paid a settlement more than once (max_payments_per_reference %d, max_executions_per_key %d)",
 			r.BankStats.MaxPaymentsPerReference, r.BankStats.MaxExecutionsPerKey)
 	}
+	if !r.caps.NoList {
+		r.checkBank(confirmed, returned)
+	}
+	if r.caps.Consent && r.Consents != int64(r.Settlements) {
+		fail("the bank holds %d consents for %d settlements: want one each", r.Consents, r.Settlements)
+	}
+	r.checkStatements(confirmed, returned)
+}
+
+// checkBank adds the violations of the reconciliation against the bank's
+// list of payments.
+func (r *Report) checkBank(confirmed, returned int64) {
+	fail := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
 	if n := r.Bank.Discrepancies(); n != 0 {
 		fail("the ledger and the bank disagree on %d settlements (run settle reconcile bank)", n)
 	}
@@ -373,7 +431,6 @@ func (r *Report) check(st Stream) {
 	if m := r.Bank.ByClass[reconcile.ClassReturnedAgreed]; m != returned {
 		fail("%d settlements returned at the bank, %d returned here", m, returned)
 	}
-	r.checkStatements(confirmed, returned)
 }
 
 // checkInvariants runs the one exactly-once checker
@@ -410,24 +467,45 @@ func (r Report) print(w io.Writer) {
 	p("  receipts %d  replays %d  conflicts %d  movements %d  needs investigation %d",
 		s.Receipts, s.Replays, s.Conflicts, s.Movements, s.NeedsInvestigation)
 	p("")
-	p("settle reconcile bank (ledger vs the bank's statement, %d payments)", r.Bank.BankPayments)
-	var parts []string
-	for _, c := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed, reconcile.ClassReturnedAgreed}, reconcile.BreakClasses...) {
-		parts = append(parts, fmt.Sprintf("%s %d", c, r.Bank.ByClass[c]))
+	if r.caps.NoList {
+		p("settle reconcile bank: the bank has no list of payments (Open Banking); the ledger is reconciled against")
+		p("its statement below (settle reconcile bank --statements)")
+	} else {
+		p("settle reconcile bank (ledger vs the bank's statement, %d payments)", r.Bank.BankPayments)
+		var parts []string
+		for _, c := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed, reconcile.ClassReturnedAgreed}, reconcile.BreakClasses...) {
+			parts = append(parts, fmt.Sprintf("%s %d", c, r.Bank.ByClass[c]))
+		}
+		p("  %s", strings.Join(parts[:3], "  "))
+		p("  %s", strings.Join(parts[3:], "  "))
 	}
-	p("  %s", strings.Join(parts[:3], "  "))
-	p("  %s", strings.Join(parts[3:], "  "))
 	p("")
 	r.printStatements(p)
 	t := r.Traffic
 	p("What you just saw")
-	p("  - The bank received %d payment instructions. It executed %d of them and then lost the answer (connection",
-		t.Payments, t.Dropped)
-	p("    closed or 504), and refused %d more with a 5xx before processing; %d of its %d status answers were 5xx.",
-		t.RefusedBefore, t.StatusErrors, t.StatusCalls)
-	p("    After a lost answer settle cannot know whether money moved, so it only ever asks again under the same")
-	p("    idempotency key: the bank recognised %d instructions as replays of a payment it already had, and paid", t.Replayed)
-	p("    none of them twice.")
+	if r.caps.Consent {
+		p("  - Each payment needed the customer's consent first (Open Banking): settle asked for %d consents, each",
+			r.Consents)
+		p("    under a key of its own (%d requests answered again with the same consent), waited until the customer",
+			r.ConsentReplays)
+		p("    authorised it, and only then sent the payment, carrying it, under the settlement's key. Every request")
+		p("    was signed (x-jws-signature) and the bank verified each signature.")
+		p("  - The bank received %d payment instructions; %d got no definitive answer (the connection closed, or a",
+			t.Payments, t.Dropped+t.RefusedBefore)
+		p("    500 that does not say whether the payment was made); %d of its %d status answers were 5xx.",
+			t.StatusErrors, t.StatusCalls)
+		p("    After a lost answer settle cannot know whether money moved, so it only ever asks again under the same")
+		p("    idempotency key: the bank answered %d instructions with the payment it already had, and paid none", r.BankStats.Replays)
+		p("    of them twice.")
+	} else {
+		p("  - The bank received %d payment instructions. It executed %d of them and then lost the answer (connection",
+			t.Payments, t.Dropped)
+		p("    closed or 504), and refused %d more with a 5xx before processing; %d of its %d status answers were 5xx.",
+			t.RefusedBefore, t.StatusErrors, t.StatusCalls)
+		p("    After a lost answer settle cannot know whether money moved, so it only ever asks again under the same")
+		p("    idempotency key: the bank recognised %d instructions as replays of a payment it already had, and paid", t.Replayed)
+		p("    none of them twice.")
+	}
 	if r.Uncertain == 0 {
 		p("  - No settlement stayed uncertain this time: the quick retries under the same key all got a definitive")
 		p("    answer. (Try --faults hostile to see settlements become uncertain and be resolved.)")
@@ -538,15 +616,9 @@ func askedHow(bank string) string {
 		if c.Search {
 			qs = append(qs, "or its list after the key window")
 		}
+		if c.NoList {
+			qs = append(qs, "or its statement after the key window")
+		}
 	}
 	return strings.Join(qs, ", ")
-}
-
-// bankClient is a client of the demo's bank through its connector.
-func (o Options) bankClient(url string) (bankclient.Bank, error) {
-	conn, err := bankclient.Lookup(o.Bank)
-	if err != nil {
-		return nil, err
-	}
-	return conn.New(url, bankclient.Options{})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -36,10 +37,20 @@ var (
 )
 
 // accountIDs turn the demo's beneficiaries into what a connector can pay
-// to: Stripe pays out to an external account's id.
+// to: Stripe pays out to an external account's id; UK Open Banking to a
+// sort code and account number with the account holder's name.
 var accountIDs = map[string]func(name string) string{
 	"stripe": func(name string) string { return "ba_demo_" + strings.ReplaceAll(name, " ", "_") },
+	"obie": func(name string) string {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(name))
+		return fmt.Sprintf("SortCodeAccountNumber:040004%08d:%s", h.Sum32()%100_000_000, name)
+	},
 }
+
+// onlyCurrency is the one currency a connector's bank pays in, where it
+// pays in one only (Open Banking domestic payments: sterling).
+var onlyCurrency = map[string]string{"obie": "GBP"}
 
 // Generate returns n events: about 80% first deliveries, about 20%
 // redeliveries, and max(1, n/100) conflicts, drawn from seed.
@@ -72,6 +83,9 @@ func GenerateFor(bank string, n int, seed int64, now time.Time) Stream {
 			Beneficiary:  beneficiary(beneficiaries[rng.IntN(len(beneficiaries))]),
 			OccurredAt:   now.Add(-time.Duration(rng.IntN(3600)) * time.Second).UTC().Truncate(time.Second),
 			EventID:      fmt.Sprintf("evt-%04d-1", i+1),
+		}
+		if c := onlyCurrency[bank]; c != "" {
+			evs[i].Currency = c
 		}
 		st.Amounts[evs[i].SettlementID] = evs[i].AmountCents
 		st.First = append(st.First, mustLine(evs[i], false))

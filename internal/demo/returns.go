@@ -23,7 +23,10 @@ const minReturns = 3
 // after it settled; when fewer than minReturns did, the bank returns more
 // settled payments now. Then every settlement whose payment came back must
 // leave confirmed (returned with its reversal).
-func (o Options) returns(ctx context.Context, pool *pgxpool.Pool, bank *bankServer, client bankclient.Bank, f bankclient.Faults) error {
+//
+// A bank that reports returns only on its statements (watched false) is
+// not waited for: its statement, imported next, books them.
+func (o Options) returns(ctx context.Context, pool *pgxpool.Pool, bank *bankServer, client bankclient.Bank, f bankclient.Faults, watched bool) error {
 	window := time.Duration(f.SettleDelayMS+f.ReturnAfterMS)*time.Millisecond + time.Second
 	var back []string
 	err := o.poll(ctx, "the bank's returns", func() (bool, string, error) {
@@ -61,6 +64,9 @@ func (o Options) returns(ctx context.Context, pool *pgxpool.Pool, bank *bankServ
 				return fmt.Errorf("error returning payment %s at the bank: %w", id, err)
 			}
 		}
+	}
+	if !watched {
+		return nil
 	}
 	return o.poll(ctx, "every return booked", func() (bool, string, error) {
 		ps, err := bankclient.AllPayments(ctx, client)

@@ -20,7 +20,6 @@ import (
 	"github.com/settle/settle/bankclient"
 	_ "github.com/settle/settle/bankclient/stripe" // the stripe connector, for --bank stripe
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/checktest"
@@ -208,7 +207,7 @@ func checkInvariants(t *testing.T, db *dbtest.DB, b *bank, want map[string]int64
 func (b *bank) books(t *testing.T) bankclient.Bank {
 	t.Helper()
 	if b.conn.Capabilities.NoList {
-		return fakebanktest.Books(b.Bank)
+		return b.BooksClient()
 	}
 	client, err := b.conn.New(b.url, bankclient.Options{})
 	if err != nil {
