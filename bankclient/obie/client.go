@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -492,87 +491,28 @@ func (c *Client) roundTrip(ctx context.Context, method, path, key string, body [
 	return a, nil
 }
 
-// call runs attempt under the client's retry policy: an ambiguous answer
-// that may clear up is retried with jittered exponential backoff, the
-// identical request every time; a 429 with Retry-After is waited out
-// within Retry.RateLimitWait without counting against MaxAttempts;
-// anything definitive, and the parent context ending, stops at once.
+// call runs attempt under the client's retry policy (see
+// bankclient.RetryCall). A definitive answer after an ambiguous one is
+// reported as the ambiguous one: a wait before the later attempt (the rate
+// limit, the duplicate gap) may have ended it, but an earlier attempt did
+// leave, and its answer is what the caller must know.
 func call[T any](ctx context.Context, c *Client, op, key string, attempt func(context.Context) (T, answer)) (T, error) {
-	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, fmt.Errorf("error before contacting the bank: %w", err)
+	r := bankclient.Retrier{
+		Policy:         c.retry,
+		Timeout:        c.timeout,
+		Observe:        c.observe,
+		Peer:           "the bank",
+		FoldDefinitive: true,
+		Ambiguous: func(ctx context.Context, op, key string, attempt int, ae *bankclient.AmbiguousError) {
+			c.logger.LogAttrs(ctx, slog.LevelWarn, "Open Banking answer not definitive",
+				slog.String("op", op), slog.String("key", key), slog.Int("attempt", attempt),
+				slog.Int("status", ae.StatusCode), slog.String("error", ae.Err.Error()))
+		},
 	}
-	p := c.retry
-	start := time.Now()
-	interval := p.InitialInterval
-	rateLimitBudget := p.RateLimitWait
-	attempts, counted := 0, 0
-	var last *bankclient.AmbiguousError
-	for {
-		attempts++
-		counted++
-		actx, cancel := context.WithTimeout(ctx, c.timeout)
-		t0 := time.Now()
+	return bankclient.RetryCall(ctx, r, op, key, func(actx context.Context) (T, bankclient.Attempt) {
 		res, a := attempt(actx)
-		cancel()
-		if c.observe != nil {
-			c.observe(op, a.outcome, time.Since(t0))
-		}
-		if a.err == nil {
-			return res, nil
-		}
-		var ae *bankclient.AmbiguousError
-		if !errors.As(a.err, &ae) {
-			if last != nil {
-				// A wait before this attempt ended (the rate limit, the
-				// duplicate gap): an earlier attempt did leave, and its
-				// answer is what the caller must know.
-				last.Err = fmt.Errorf("%w (%w)", a.err, last.Err)
-				return zero, last
-			}
-			return zero, a.err
-		}
-		ae.Op, ae.Attempts = op, attempts
-		last = ae
-		c.logger.LogAttrs(ctx, slog.LevelWarn, "Open Banking answer not definitive",
-			slog.String("op", op), slog.String("key", key), slog.Int("attempt", attempts),
-			slog.Int("status", ae.StatusCode), slog.String("error", ae.Err.Error()))
-		if ctx.Err() != nil {
-			ae.Err = fmt.Errorf("%w (%w)", ctx.Err(), ae.Err)
-			return zero, ae
-		}
-		var wait time.Duration
-		switch {
-		case ae.StatusCode == http.StatusTooManyRequests && ae.RetryAfter > 0:
-			if ae.RetryAfter > rateLimitBudget {
-				return zero, ae
-			}
-			rateLimitBudget -= ae.RetryAfter
-			counted--
-			wait = ae.RetryAfter
-		case !a.retry || counted >= p.MaxAttempts || ae.RetryAfter > p.MaxInterval:
-			return zero, ae
-		default:
-			wait = max(ae.RetryAfter, jitter(interval, p.RandomizationFactor))
-			interval = min(time.Duration(float64(interval)*p.Multiplier), p.MaxInterval)
-			if time.Since(start)+wait > p.MaxElapsed {
-				return zero, ae
-			}
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			ae.Err = fmt.Errorf("%w (%w)", ctx.Err(), ae.Err)
-			return zero, ae
-		case <-t.C:
-		}
-	}
-}
-
-// jitter spreads d by ± factor.
-func jitter(d time.Duration, factor float64) time.Duration {
-	return time.Duration(float64(d) * (1 + factor*(2*rand.Float64()-1))) //nolint:gosec // G404: jitter, not a secret
+		return res, bankclient.Attempt{Outcome: a.outcome, Err: a.err, Retry: a.retry}
+	})
 }
 
 // pacer keeps POSTs under one idempotency key at least gap apart (see

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -324,81 +323,31 @@ type answer struct {
 	retry   bool
 }
 
-// call runs attempt under the client's retry policy: an ambiguous answer
-// that may clear up is retried with jittered exponential backoff, the
-// identical request every time; a 429 with Retry-After is waited out
-// within Retry.RateLimitWait without counting against MaxAttempts;
-// anything definitive, and the parent context ending, stops at once.
+// call runs attempt under the client's retry policy (see
+// bankclient.RetryCall), each attempt after its turn under the client's
+// rate limit.
 func call[T any](ctx context.Context, c *Client, op, key string, attempt func(context.Context) (T, answer)) (T, error) {
-	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, fmt.Errorf("error before contacting Stripe: %w", err)
+	r := bankclient.Retrier{
+		Policy:  c.retry,
+		Timeout: c.timeout,
+		Observe: c.observe,
+		Peer:    "Stripe",
+		Retrying: func(ctx context.Context, op, key string, attempt int, ae *bankclient.AmbiguousError, wait time.Duration) {
+			c.logger.LogAttrs(ctx, slog.LevelInfo, "stripe answer ambiguous, retrying under the same key",
+				slog.String("op", op), slog.String("key", key), slog.Int("attempt", attempt),
+				slog.Int("status", ae.StatusCode), slog.Duration("wait", wait), slog.String("error", ae.Err.Error()))
+		},
 	}
-	p := c.retry
-	start := time.Now()
-	interval := p.InitialInterval
-	rateLimitBudget := p.RateLimitWait
-	attempts, counted := 0, 0
-	for {
-		if c.limiter != nil {
+	if c.limiter != nil {
+		r.Wait = func(ctx context.Context) error {
 			if err := c.limiter.Wait(ctx); err != nil {
-				return zero, fmt.Errorf("error waiting for the bank rate limit: %w", err)
+				return fmt.Errorf("error waiting for the bank rate limit: %w", err)
 			}
-		}
-		attempts++
-		counted++
-		actx, cancel := context.WithTimeout(ctx, c.timeout)
-		t0 := time.Now()
-		res, a := attempt(actx)
-		cancel()
-		if c.observe != nil {
-			c.observe(op, a.outcome, time.Since(t0))
-		}
-		if a.err == nil {
-			return res, nil
-		}
-		var ae *bankclient.AmbiguousError
-		if !errors.As(a.err, &ae) {
-			return zero, a.err
-		}
-		ae.Op, ae.Attempts = op, attempts
-		if ctx.Err() != nil {
-			ae.Err = fmt.Errorf("%w (%w)", ctx.Err(), ae.Err)
-			return zero, ae
-		}
-		var wait time.Duration
-		switch {
-		case ae.StatusCode == http.StatusTooManyRequests && ae.RetryAfter > 0:
-			if ae.RetryAfter > rateLimitBudget {
-				return zero, ae
-			}
-			rateLimitBudget -= ae.RetryAfter
-			counted--
-			wait = ae.RetryAfter
-		case !a.retry || counted >= p.MaxAttempts || ae.RetryAfter > p.MaxInterval:
-			return zero, ae
-		default:
-			wait = max(ae.RetryAfter, jitter(interval, p.RandomizationFactor))
-			interval = min(time.Duration(float64(interval)*p.Multiplier), p.MaxInterval)
-			if time.Since(start)+wait > p.MaxElapsed {
-				return zero, ae
-			}
-		}
-		c.logger.LogAttrs(ctx, slog.LevelInfo, "stripe answer ambiguous, retrying under the same key",
-			slog.String("op", op), slog.String("key", key), slog.Int("attempt", attempts),
-			slog.Int("status", ae.StatusCode), slog.Duration("wait", wait), slog.String("error", ae.Err.Error()))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			ae.Err = fmt.Errorf("%w (%w)", ctx.Err(), ae.Err)
-			return zero, ae
-		case <-t.C:
+			return nil
 		}
 	}
-}
-
-// jitter spreads d by ± factor.
-func jitter(d time.Duration, factor float64) time.Duration {
-	return time.Duration(float64(d) * (1 + factor*(2*rand.Float64()-1))) //nolint:gosec // G404: jitter, not a secret
+	return bankclient.RetryCall(ctx, r, op, key, func(actx context.Context) (T, bankclient.Attempt) {
+		res, a := attempt(actx)
+		return res, bankclient.Attempt{Outcome: a.outcome, Err: a.err, Retry: a.retry}
+	})
 }
