@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -24,6 +22,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/settle/settle/internal/settletest"
 )
 
 // SpecFile is the document, in ../shared/specs beside the repository.
@@ -45,12 +45,12 @@ var spec struct {
 func Spec(t testing.TB) *openapi3.T {
 	t.Helper()
 	spec.once.Do(func() {
-		root, err := repoRoot()
+		path, err := settletest.SpecPath(SpecFile)
 		if err != nil {
 			spec.err = err
 			return
 		}
-		spec.path = filepath.Join(root, "..", "shared", "specs", SpecFile)
+		spec.path = path
 		spec.doc, spec.err = openapi3.NewLoader().LoadFromFile(spec.path)
 		if spec.err == nil {
 			goPatterns(spec.doc)
@@ -60,24 +60,6 @@ func Spec(t testing.TB) *openapi3.T {
 		t.Fatalf("loading Open Banking's OpenAPI document %s (it must be there, beside the repository): %v", spec.path, spec.err)
 	}
 	return spec.doc
-}
-
-// repoRoot is the directory of go.mod above the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above %s", dir)
-		}
-		dir = parent
-	}
 }
 
 // lookAhead is the one pattern of the document Go's regexp cannot compile

@@ -13,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +20,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/settle/settle/internal/settletest"
 )
 
 // The Stripe OpenAPI document (../shared/specs beside the repository):
@@ -40,12 +41,12 @@ var spec struct {
 func Spec(t *testing.T) *openapi3.T {
 	t.Helper()
 	spec.once.Do(func() {
-		root, err := repoRoot()
+		path, err := settletest.SpecPath(specFile)
 		if err != nil {
 			spec.err = err
 			return
 		}
-		spec.path = filepath.Join(root, "..", "shared", "specs", specFile)
+		spec.path = path
 		if _, err := os.Stat(spec.path); err != nil {
 			spec.err = err
 			return
@@ -80,24 +81,6 @@ func formArrays(doc *openapi3.T) {
 				}
 			}
 		}
-	}
-}
-
-// repoRoot is the directory of go.mod above the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above %s", dir)
-		}
-		dir = parent
 	}
 }
 
