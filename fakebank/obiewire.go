@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/settle/settle/bankclient/obie/jws"
+
 	"github.com/settle/settle/settlement"
 )
 
@@ -193,11 +195,11 @@ const (
 	OBResourceInvalidConsent  = "UK.OBIE.Resource.InvalidConsentStatus"
 	OBResourceInvalidFormat   = "UK.OBIE.Resource.InvalidFormat"
 	OBResourceNotFound        = "UK.OBIE.Resource.NotFound"
-	OBSignatureInvalid        = "UK.OBIE.Signature.Invalid"
-	OBSignatureInvalidClaim   = "UK.OBIE.Signature.InvalidClaim"
-	OBSignatureMalformed      = "UK.OBIE.Signature.Malformed"
-	OBSignatureMissing        = "UK.OBIE.Signature.Missing"
-	OBSignatureMissingClaim   = "UK.OBIE.Signature.MissingClaim"
+	OBSignatureInvalid        = jws.CodeInvalid
+	OBSignatureInvalidClaim   = jws.CodeInvalidClaim
+	OBSignatureMalformed      = jws.CodeMalformed
+	OBSignatureMissing        = jws.CodeMissing
+	OBSignatureMissingClaim   = jws.CodeMissingClaim
 	OBUnexpectedError         = "UK.OBIE.UnexpectedError"
 	OBUnsupportedCurrency     = "UK.OBIE.Unsupported.Currency"
 	OBUnsupportedScheme       = "UK.OBIE.Unsupported.Scheme"

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/obie/jws"
 )
 
 // APIPath is where the payment initiation resources live under the bank's
@@ -127,7 +128,7 @@ func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
 	}
 	var bankKey *rsa.PublicKey
 	if cfg.BankKeyFile != "" {
-		if bankKey, err = loadRSAPublicKey(cfg.BankKeyFile); err != nil {
+		if bankKey, err = jws.ReadRSAPublicKey(cfg.BankKeyFile); err != nil {
 			return nil, fmt.Errorf("error configuring Open Banking answer signatures: %s: %w", EnvBankKeyFile, err)
 		}
 	}
@@ -476,7 +477,7 @@ func (c *Client) roundTrip(ctx context.Context, method, path, key string, body [
 	if c.bankKey != nil && (a.status == http.StatusOK || a.status == http.StatusCreated || a.status == http.StatusBadRequest) {
 		// An answer we would act on that the bank did not sign is not
 		// the bank's word: not acted on, and not definitive.
-		if err := verifyDetached(resp.Header.Get(HeaderJWSSignature), a.body, c.bankKey, c.now()); err != nil || a.tooLarge {
+		if err := jws.Verify(resp.Header.Get(HeaderJWSSignature), a.body, c.bankKey, c.now()); err != nil || a.tooLarge {
 			if err == nil {
 				err = errors.New("the body is larger than the size limit")
 			}
