@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/settle/settle/bankclient/obie/obwire"
+
 	"github.com/settle/settle/bankclient/obie/jws"
 
 	"github.com/settle/settle/settlement"
@@ -27,18 +29,10 @@ import (
 
 // obAmount is OBActiveOrHistoricCurrencyAndAmount: a decimal string and
 // an ISO 4217 code.
-type obAmount struct {
-	Amount   string `json:"Amount"`
-	Currency string `json:"Currency"`
-}
+type obAmount = obwire.Amount
 
 // obAccount is a debtor or creditor account (OBCashAccount*).
-type obAccount struct {
-	SchemeName              string `json:"SchemeName"`
-	Identification          string `json:"Identification"`
-	Name                    string `json:"Name,omitempty"`
-	SecondaryIdentification string `json:"SecondaryIdentification,omitempty"`
-}
+type obAccount = obwire.Account
 
 // obPostalAddress is OBPostalAddress6 (and the Risk's DeliveryAddress,
 // a subset of it).
@@ -169,19 +163,10 @@ type obPaymentResponse struct {
 
 // OBErrorResponse is the error body of every 4xx and 5xx the obie profile
 // answers with a body (OBErrorResponse1).
-type OBErrorResponse struct {
-	Code    string    `json:"Code"`
-	ID      string    `json:"Id,omitempty"`
-	Message string    `json:"Message"`
-	Errors  []OBError `json:"Errors"`
-}
+type OBErrorResponse = obwire.OBErrorResponse
 
 // OBError is one error of an OBErrorResponse (OBError1).
-type OBError struct {
-	ErrorCode string `json:"ErrorCode"`
-	Message   string `json:"Message"`
-	Path      string `json:"Path,omitempty"`
-}
+type OBError = obwire.OBError
 
 // The error codes of OBError1 (its x-namespaced-enum) the obie profile
 // answers with.

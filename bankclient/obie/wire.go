@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/obie/obwire"
 )
 
 // The JSON bodies of the OpenAPI document (obie-payment-initiation-3.1.11
@@ -13,18 +14,10 @@ import (
 // requires ("the field must be excluded from the JSON payload").
 
 // Amount is OBActiveOrHistoricCurrencyAndAmount.
-type Amount struct {
-	Amount   string `json:"Amount"`
-	Currency string `json:"Currency"`
-}
+type Amount = obwire.Amount
 
 // Account is the CreditorAccount of an Initiation.
-type Account struct {
-	SchemeName              string `json:"SchemeName"`
-	Identification          string `json:"Identification"`
-	Name                    string `json:"Name,omitempty"`
-	SecondaryIdentification string `json:"SecondaryIdentification,omitempty"`
-}
+type Account = obwire.Account
 
 // Initiation is the Initiation of OBWriteDomesticConsent4 and
 // OBWriteDomestic2: identical in the consent and the payment.
@@ -164,17 +157,7 @@ type consentResponse struct {
 }
 
 // ErrorResponse is OBErrorResponse1, the body of every error answer.
-type ErrorResponse struct {
-	Code    string    `json:"Code"`
-	ID      string    `json:"Id,omitempty"`
-	Message string    `json:"Message"`
-	Errors  []OBError `json:"Errors"`
-}
+type ErrorResponse = obwire.OBErrorResponse
 
 // OBError is OBError1, one error of an ErrorResponse.
-type OBError struct {
-	ErrorCode string `json:"ErrorCode"`
-	Message   string `json:"Message"`
-	Path      string `json:"Path,omitempty"`
-	URL       string `json:"Url,omitempty"`
-}
+type OBError = obwire.OBError
