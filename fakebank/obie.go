@@ -371,6 +371,13 @@ func (b *Bank) consentResponse(r *http.Request, id string) (obConsentResponse, b
 }
 
 func (b *Bank) handleOBGetConsent(w http.ResponseWriter, r *http.Request) {
+	obieGet(b, w, r, "ConsentId", "consent", b.consentResponse)
+}
+
+// obieGet answers a GET of one resource, named by the path value param:
+// the common checks, the status_error_rate fault, then the resource find
+// gives, or UK.OBIE.Resource.NotFound naming it as what.
+func obieGet[T any](b *Bank, w http.ResponseWriter, r *http.Request, param, what string, find func(*http.Request, string) (T, bool)) {
 	f := b.Faults()
 	if !b.obieCommon(w, r, f) {
 		return
@@ -379,10 +386,10 @@ func (b *Bank) handleOBGetConsent(w http.ResponseWriter, r *http.Request) {
 		b.obieFault(w, "simulated by status_error_rate")
 		return
 	}
-	id := r.PathValue("ConsentId")
-	resp, ok := b.consentResponse(r, id)
+	id := r.PathValue(param)
+	resp, ok := find(r, id)
 	if !ok {
-		b.writeOBFieldError(w, fieldErr(OBResourceNotFound, "ConsentId", "no consent %q", sanitizeID(id)))
+		b.writeOBFieldError(w, fieldErr(OBResourceNotFound, param, "no %s %q", what, sanitizeID(id)))
 		return
 	}
 	b.writeOB(w, http.StatusOK, resp)
@@ -563,21 +570,7 @@ func (b *Bank) paymentResponse(r *http.Request, id string) (obPaymentResponse, b
 }
 
 func (b *Bank) handleOBGetPayment(w http.ResponseWriter, r *http.Request) {
-	f := b.Faults()
-	if !b.obieCommon(w, r, f) {
-		return
-	}
-	if b.chance(f.StatusErrorRate) {
-		b.obieFault(w, "simulated by status_error_rate")
-		return
-	}
-	id := r.PathValue("DomesticPaymentId")
-	resp, ok := b.paymentResponse(r, id)
-	if !ok {
-		b.writeOBFieldError(w, fieldErr(OBResourceNotFound, "DomesticPaymentId", "no domestic payment %q", sanitizeID(id)))
-		return
-	}
-	b.writeOB(w, http.StatusOK, resp)
+	obieGet(b, w, r, "DomesticPaymentId", "domestic payment", b.paymentResponse)
 }
 
 // FormatOBAmount writes minor units of currency as an Open Banking
