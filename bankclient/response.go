@@ -41,18 +41,28 @@ func parsePayment(body []byte) (Payment, error) {
 // maxJSONDepth bounds the nesting of a bank answer.
 const maxJSONDepth = 32
 
-// errDuplicateKey and errTooDeep are the causes checkDuplicateKeys reports.
+// errDuplicateKey and errTooDeep are the causes CheckJSONKeys reports.
 var (
 	errDuplicateKey = errors.New("duplicate object key")
 	errTooDeep      = errors.New("nesting too deep")
 )
 
-// checkDuplicateKeys refuses a JSON document with a repeated key in any
-// object, or nested deeper than maxJSONDepth: an answer whose meaning depends
-// on which of two values a parser keeps ({"status":"failed","status":
-// "settled"}) is not an answer to act on. Syntax errors are left to the
-// decoder that follows. Every error wraps ErrMalformedResponse.
+// checkDuplicateKeys is CheckJSONKeys, its error wrapping
+// ErrMalformedResponse.
 func checkDuplicateKeys(body []byte) error {
+	if err := CheckJSONKeys(body); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformedResponse, err)
+	}
+	return nil
+}
+
+// CheckJSONKeys refuses a JSON document with a repeated key in any object,
+// or nested deeper than 32 levels: an answer whose meaning depends on
+// which of two values a parser keeps ({"status":"failed","status":
+// "settled"}) is not an answer to act on. Syntax errors are left to the
+// decoder that follows. A connector calls it on every bank answer before
+// decoding it.
+func CheckJSONKeys(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	type frame struct {
 		object bool
@@ -78,7 +88,7 @@ func checkDuplicateKeys(body []byte) error {
 			switch d {
 			case '{', '[':
 				if len(stack) >= maxJSONDepth {
-					return fmt.Errorf("%w: %w", ErrMalformedResponse, errTooDeep)
+					return errTooDeep
 				}
 				if top != nil && top.object {
 					top.expect = true // this value ends; a key comes next
@@ -95,7 +105,7 @@ func checkDuplicateKeys(body []byte) error {
 		if top.expect {
 			k, _ := tok.(string)
 			if _, dup := top.keys[k]; dup {
-				return fmt.Errorf("%w: %w %q", ErrMalformedResponse, errDuplicateKey, Sanitize(k))
+				return fmt.Errorf("%w %q", errDuplicateKey, Sanitize(k))
 			}
 			top.keys[k] = struct{}{}
 			top.expect = false

@@ -1,11 +1,9 @@
 package obie
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -250,7 +248,7 @@ func malformed(a httpAnswer, err error) answer {
 // one with at least one error code.
 func parseErrors(a httpAnswer) (ErrorResponse, bool) {
 	var er ErrorResponse
-	if a.tooLarge || checkDuplicateKeys(a.body) != nil || json.Unmarshal(a.body, &er) != nil || len(er.Errors) == 0 {
+	if a.tooLarge || bankclient.CheckJSONKeys(a.body) != nil || json.Unmarshal(a.body, &er) != nil || len(er.Errors) == 0 {
 		return ErrorResponse{}, false
 	}
 	for _, e := range er.Errors {
@@ -291,7 +289,7 @@ func reason(er ErrorResponse, iid string) string {
 // (the answer to our POST), it must be the payment we asked for: that
 // consent, that EndToEndIdentification, amount, currency and creditor.
 func parsePayment(body []byte, consentID string, in *Initiation) (bankclient.Payment, error) {
-	if err := checkDuplicateKeys(body); err != nil {
+	if err := bankclient.CheckJSONKeys(body); err != nil {
 		return bankclient.Payment{}, err
 	}
 	var r paymentResponse
@@ -340,7 +338,7 @@ func parsePayment(body []byte, consentID string, in *Initiation) (bankclient.Pay
 // parseConsent reads an OBWriteDomesticConsentResponse5; with in (the
 // answer to our POST), its Initiation must be ours.
 func parseConsent(body []byte, in *Initiation) (bankclient.Consent, error) {
-	if err := checkDuplicateKeys(body); err != nil {
+	if err := bankclient.CheckJSONKeys(body); err != nil {
 		return bankclient.Consent{}, err
 	}
 	var r consentResponse
@@ -445,60 +443,4 @@ func parseTime(s string) time.Time {
 		return time.Time{}
 	}
 	return t.UTC()
-}
-
-// maxJSONDepth bounds the nesting of a bank answer.
-const maxJSONDepth = 32
-
-// checkDuplicateKeys refuses a JSON document with a repeated key in any
-// object, or nested deeper than maxJSONDepth: an answer whose meaning
-// depends on which of two values a parser keeps ({"Status":"Rejected",
-// "Status":"AcceptedCreditSettlementCompleted"}) is not one to act on.
-// Syntax errors are left to the decoder that follows.
-func checkDuplicateKeys(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	type frame struct {
-		object bool
-		keys   map[string]bool
-		expect bool // in an object: the next string token is a key
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF || err != nil {
-			return nil //nolint:nilerr // a syntax error is the decoder's to report
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if d, ok := tok.(json.Delim); ok {
-			switch d {
-			case '{', '[':
-				if len(stack) >= maxJSONDepth {
-					return errors.New("JSON nested too deep")
-				}
-				if top != nil && top.object {
-					top.expect = true
-				}
-				stack = append(stack, &frame{object: d == '{', keys: map[string]bool{}, expect: d == '{'})
-			case '}', ']':
-				stack = stack[:len(stack)-1]
-			}
-			continue
-		}
-		if top == nil || !top.object {
-			continue
-		}
-		if top.expect {
-			k, _ := tok.(string)
-			if top.keys[k] {
-				return fmt.Errorf("duplicate key %q", bankclient.Sanitize(k))
-			}
-			top.keys[k] = true
-			top.expect = false
-			continue
-		}
-		top.expect = true
-	}
 }
