@@ -41,21 +41,9 @@ var _ Bank = (*Client)(nil)
 // "https://bank.example/" or "http://127.0.0.1:8081"). It reads no global
 // configuration: everything comes from opts (see OptionsFromEnv).
 func New(baseURL string, opts Options) (*Client, error) {
-	base, err := url.Parse(baseURL)
+	base, err := ParseBaseURL(baseURL, "credentials belong in Options.Token")
 	if err != nil {
 		return nil, fmt.Errorf("error parsing bank URL: %w", err)
-	}
-	if base.Scheme != "http" && base.Scheme != "https" {
-		return nil, fmt.Errorf("error parsing bank URL: scheme %q is not http or https", base.Scheme)
-	}
-	if base.Host == "" {
-		return nil, errors.New("error parsing bank URL: no host")
-	}
-	if base.User != nil {
-		return nil, errors.New("error parsing bank URL: credentials belong in Options.Token, not in the URL")
-	}
-	if base.RawQuery != "" || base.Fragment != "" {
-		return nil, errors.New("error parsing bank URL: it must not carry a query or fragment")
 	}
 	base.Path = strings.TrimSuffix(base.Path, "/")
 	base.RawPath = ""
@@ -85,10 +73,10 @@ func New(baseURL string, opts Options) (*Client, error) {
 	}
 
 	if opts.Token != "" {
-		if err := checkToken(string(opts.Token)); err != nil {
+		if err := CheckToken(string(opts.Token), "credential"); err != nil {
 			return nil, fmt.Errorf("error configuring bank credential: %w", err)
 		}
-		if base.Scheme != "https" && !isLoopback(base.Hostname()) {
+		if base.Scheme != "https" && !IsLoopback(base.Hostname()) {
 			return nil, errors.New("error configuring bank credential: refusing to send it over plain http to a non-loopback host")
 		}
 		c.auth = "Bearer " + string(opts.Token)
@@ -119,19 +107,40 @@ func New(baseURL string, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// checkToken refuses a credential that cannot travel in a header. Its errors
-// never contain the credential.
-func checkToken(tok string) error {
+// ParseBaseURL parses a bank's base URL as every client takes it: http or
+// https, a host, no query or fragment, and no user info: where the
+// credential belongs instead is said by credential ("the token belongs in
+// SETTLE_BANK_TOKEN"). Its errors never hold the URL's user info.
+func ParseBaseURL(raw, credential string) (*url.URL, error) {
+	base, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil, err
+	case base.Scheme != "http" && base.Scheme != "https":
+		return nil, fmt.Errorf("scheme %q is not http or https", base.Scheme)
+	case base.Host == "":
+		return nil, errors.New("no host")
+	case base.User != nil:
+		return nil, fmt.Errorf("%s, not in the URL", credential)
+	case base.RawQuery != "" || base.Fragment != "":
+		return nil, errors.New("it must not carry a query or fragment")
+	}
+	return base, nil
+}
+
+// CheckToken refuses a credential that cannot travel in a header, named
+// name in the error. Its errors never contain the credential.
+func CheckToken(tok, name string) error {
 	for i := 0; i < len(tok); i++ {
 		if b := tok[i]; b <= ' ' || b >= 0x7f {
-			return errors.New("credential contains a space, control or non-ASCII byte")
+			return fmt.Errorf("%s contains a space, control or non-ASCII byte", name)
 		}
 	}
 	return nil
 }
 
-// isLoopback reports whether host names this machine.
-func isLoopback(host string) bool {
+// IsLoopback reports whether host names this machine.
+func IsLoopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}

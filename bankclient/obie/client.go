@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -94,30 +93,19 @@ var (
 // and the signature claims of cfg. It will not start without a signing
 // key: every POST must be signed.
 func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
-	base, err := url.Parse(baseURL)
-	switch {
-	case err != nil:
+	base, err := bankclient.ParseBaseURL(baseURL, "the token belongs in "+bankclient.EnvToken)
+	if err != nil {
 		return nil, fmt.Errorf("error parsing Open Banking URL: %w", err)
-	case base.Scheme != "http" && base.Scheme != "https":
-		return nil, fmt.Errorf("error parsing Open Banking URL: scheme %q is not http or https", base.Scheme)
-	case base.Host == "":
-		return nil, errors.New("error parsing Open Banking URL: no host")
-	case base.User != nil:
-		return nil, fmt.Errorf("error parsing Open Banking URL: the token belongs in %s, not in the URL", bankclient.EnvToken)
-	case base.RawQuery != "" || base.Fragment != "":
-		return nil, errors.New("error parsing Open Banking URL: it must not carry a query or fragment")
 	}
-	loopback := isLoopback(base.Hostname())
+	loopback := bankclient.IsLoopback(base.Hostname())
 	if base.Scheme != "https" && !loopback {
 		return nil, errors.New("error configuring Open Banking: refusing plain http to a bank that is not on this machine (the API needs TLS)")
 	}
 	if opts.Token == "" && !loopback {
 		return nil, fmt.Errorf("error configuring Open Banking: no access token (set %s)", bankclient.EnvToken)
 	}
-	for i := 0; i < len(opts.Token); i++ {
-		if b := opts.Token[i]; b <= ' ' || b >= 0x7f {
-			return nil, errors.New("error configuring Open Banking: the access token contains a space, control or non-ASCII byte")
-		}
+	if err := bankclient.CheckToken(string(opts.Token), "the access token"); err != nil {
+		return nil, fmt.Errorf("error configuring Open Banking: %w", err)
 	}
 	if opts.RatePerSecond < 0 {
 		return nil, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
@@ -218,14 +206,6 @@ func httpClient(opts bankclient.Options, https bool) (*http.Client, error) {
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &hc, nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // CreateConsent implements bankclient.Consenter: POST

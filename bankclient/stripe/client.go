@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -45,30 +43,19 @@ var (
 // the connected account opts.Account. stripe-go's own network retries are
 // off: the retries of opts.Retry are ours, under the same key.
 func New(baseURL string, opts bankclient.Options) (*Client, error) {
-	base, err := url.Parse(baseURL)
-	switch {
-	case err != nil:
+	base, err := bankclient.ParseBaseURL(baseURL, "the secret key belongs in SETTLE_BANK_TOKEN")
+	if err != nil {
 		return nil, fmt.Errorf("error parsing Stripe URL: %w", err)
-	case base.Scheme != "http" && base.Scheme != "https":
-		return nil, fmt.Errorf("error parsing Stripe URL: scheme %q is not http or https", base.Scheme)
-	case base.Host == "":
-		return nil, errors.New("error parsing Stripe URL: no host")
-	case base.User != nil:
-		return nil, errors.New("error parsing Stripe URL: the secret key belongs in SETTLE_BANK_TOKEN, not in the URL")
-	case base.RawQuery != "" || base.Fragment != "":
-		return nil, errors.New("error parsing Stripe URL: it must not carry a query or fragment")
 	}
-	loopback := isLoopback(base.Hostname())
+	loopback := bankclient.IsLoopback(base.Hostname())
 	if base.Scheme != "https" && !loopback {
 		return nil, errors.New("error configuring Stripe: refusing to send the secret key over plain http to a non-loopback host")
 	}
 	if opts.Token == "" && !loopback {
 		return nil, fmt.Errorf("error configuring Stripe: no secret key (set %s)", bankclient.EnvToken)
 	}
-	for i := 0; i < len(opts.Token); i++ {
-		if b := opts.Token[i]; b <= ' ' || b >= 0x7f {
-			return nil, errors.New("error configuring Stripe: the secret key contains a space, control or non-ASCII byte")
-		}
+	if err := bankclient.CheckToken(string(opts.Token), "the secret key"); err != nil {
+		return nil, fmt.Errorf("error configuring Stripe: %w", err)
 	}
 	if opts.RatePerSecond < 0 {
 		return nil, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
@@ -141,14 +128,6 @@ func httpClient(opts bankclient.Options) (*http.Client, error) {
 	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &hc, nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // maxMetadataValue is the longest metadata value Stripe stores.
