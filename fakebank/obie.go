@@ -303,17 +303,26 @@ func selfURL(r *http.Request, path string) string {
 
 func obTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-func (b *Bank) handleOBCreateConsent(w http.ResponseWriter, r *http.Request) {
-	f := b.Faults()
+// obieCreate starts a POST that creates a resource: the common checks,
+// the fail_before_rate fault, then the body decoded into v under its
+// idempotency key (see obiePost). It returns the faults the rest of the
+// request runs under, and false when it has answered.
+func (b *Bank) obieCreate(w http.ResponseWriter, r *http.Request, v any) (f bankclient.Faults, key string, ok bool) {
+	f = b.Faults()
 	if !b.obieCommon(w, r, f) {
-		return
+		return f, "", false
 	}
 	if b.chance(f.FailBeforeRate) {
 		b.obieFault(w, "simulated by fail_before_rate")
-		return
+		return f, "", false
 	}
+	key, ok = b.obiePost(w, r, v)
+	return f, key, ok
+}
+
+func (b *Bank) handleOBCreateConsent(w http.ResponseWriter, r *http.Request) {
 	var req obConsentRequest
-	key, ok := b.obiePost(w, r, &req)
+	f, key, ok := b.obieCreate(w, r, &req)
 	if !ok {
 		return
 	}
@@ -475,16 +484,8 @@ func booksRequest(in *obInitiation, minor int64) bankclient.PaymentRequest {
 }
 
 func (b *Bank) handleOBCreatePayment(w http.ResponseWriter, r *http.Request) {
-	f := b.Faults()
-	if !b.obieCommon(w, r, f) {
-		return
-	}
-	if b.chance(f.FailBeforeRate) {
-		b.obieFault(w, "simulated by fail_before_rate")
-		return
-	}
 	var pr obPaymentRequest
-	key, ok := b.obiePost(w, r, &pr)
+	f, key, ok := b.obieCreate(w, r, &pr)
 	if !ok {
 		return
 	}
