@@ -89,15 +89,9 @@ func New(baseURL string, opts Options) (*Client, error) {
 		hc := *opts.HTTPClient
 		c.hc = &hc
 	default:
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 32
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if opts.CAFile != "" {
-			pool, err := loadCAs(opts.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("error configuring bank TLS: %w", err)
-			}
-			tr.TLSClientConfig.RootCAs = pool
+		tr, err := NewTransport(opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("error configuring bank TLS: %w", err)
 		}
 		c.hc = &http.Client{Transport: tr}
 	}
@@ -146,6 +140,24 @@ func IsLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// NewTransport is the transport of a client of our own: a clone of
+// http.DefaultTransport keeping up to 32 idle connections to the bank,
+// TLS 1.2 at least, trusting the certificate authorities of the PEM bundle
+// caFile, or the system's when it is empty.
+func NewTransport(caFile string) (*http.Transport, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 32
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pool, err := loadCAs(caFile)
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig.RootCAs = pool
+	}
+	return tr, nil
 }
 
 // loadCAs reads a PEM bundle of certificate authorities.

@@ -5,14 +5,12 @@ import (
 	"context"
 	"crypto/rsa"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -181,19 +179,9 @@ func httpClient(opts bankclient.Options, https bool) (*http.Client, error) {
 	case opts.HTTPClient != nil:
 		hc = *opts.HTTPClient
 	default:
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 32
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if opts.CAFile != "" {
-			pemData, err := os.ReadFile(opts.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("error reading CA file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pemData) {
-				return nil, fmt.Errorf("error reading CA file %s: no PEM certificate in it", opts.CAFile)
-			}
-			tr.TLSClientConfig.RootCAs = pool
+		tr, err := bankclient.NewTransport(opts.CAFile)
+		if err != nil {
+			return nil, err
 		}
 		if opts.CertFile != "" {
 			cert, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)

@@ -2,13 +2,10 @@ package stripe
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -110,19 +107,9 @@ func httpClient(opts bankclient.Options) (*http.Client, error) {
 	case opts.HTTPClient != nil:
 		hc = *opts.HTTPClient
 	default:
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 32
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if opts.CAFile != "" {
-			pem, err := os.ReadFile(opts.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("error reading CA file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("error reading CA file %s: no PEM certificate in it", opts.CAFile)
-			}
-			tr.TLSClientConfig.RootCAs = pool
+		tr, err := bankclient.NewTransport(opts.CAFile)
+		if err != nil {
+			return nil, err
 		}
 		hc.Transport = tr
 	}
