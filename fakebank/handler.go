@@ -115,18 +115,32 @@ func (b *Bank) logOutcome(key string, req bankclient.PaymentRequest, out outcome
 	}
 }
 
+// hangUp, half of the time, closes the connection of w without a word
+// and says so; the other half (or when w cannot be hijacked) it does
+// nothing and the caller answers with its error.
+func (b *Bank) hangUp(w http.ResponseWriter, key string) bool {
+	if !b.chance(0.5) {
+		return false
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		return false
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		return false
+	}
+	b.log.Debug("fakebank: fault drop_response (connection closed)", "key", key)
+	_ = conn.Close()
+	return true
+}
+
 // dropResponse loses the answer to a processed request: half of the time the
 // connection is closed without a word, otherwise the bank answers 504 as a
 // gateway that gave up waiting would.
 func (b *Bank) dropResponse(w http.ResponseWriter, key string) {
-	if b.chance(0.5) {
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				b.log.Debug("fakebank: fault drop_response (connection closed)", "key", key)
-				_ = conn.Close()
-				return
-			}
-		}
+	if b.hangUp(w, key) {
+		return
 	}
 	b.log.Debug("fakebank: fault drop_response (504)", "key", key)
 	writeError(w, http.StatusGatewayTimeout, errorCodeTimeout, "simulated by drop_response_rate")

@@ -279,14 +279,8 @@ func (b *Bank) obieFault(w http.ResponseWriter, msg string) {
 // obieDrop loses the answer to a processed request: half of the time the
 // connection closes without a word, otherwise a 500.
 func (b *Bank) obieDrop(w http.ResponseWriter, key string) {
-	if b.chance(0.5) {
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				b.log.Debug("fakebank: fault drop_response (connection closed)", "key", key)
-				_ = conn.Close()
-				return
-			}
-		}
+	if b.hangUp(w, key) {
+		return
 	}
 	b.log.Debug("fakebank: fault drop_response (500)", "key", key)
 	b.obieFault(w, "simulated by drop_response_rate")

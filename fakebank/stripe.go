@@ -132,14 +132,8 @@ func (b *Bank) handleStripeCreate(w http.ResponseWriter, r *http.Request) {
 // dropStripeResponse loses the answer to a processed request, as
 // dropResponse does, with Stripe's error shape on the 504.
 func (b *Bank) dropStripeResponse(w http.ResponseWriter, key string) {
-	if b.chance(0.5) {
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				b.log.Debug("fakebank: fault drop_response (connection closed)", "key", key)
-				_ = conn.Close()
-				return
-			}
-		}
+	if b.hangUp(w, key) {
+		return
 	}
 	b.log.Debug("fakebank: fault drop_response (504)", "key", key)
 	writeStripeError(w, http.StatusGatewayTimeout, stripeError{Type: stripeAPIError, Message: "simulated by drop_response_rate"})
