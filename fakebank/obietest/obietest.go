@@ -166,39 +166,23 @@ func (v *Validator) Errors() []string {
 // RoundTrip validates r, sends it with the next transport and validates
 // the answer.
 func (v *Validator) RoundTrip(r *http.Request) (*http.Response, error) {
-	var body []byte
-	if r.Body != nil {
-		b, err := io.ReadAll(r.Body)
-		if err != nil {
-			return nil, err
-		}
-		_ = r.Body.Close()
-		body = b
-		r.Body = io.NopCloser(bytes.NewReader(b))
-	}
-	in, err := v.ValidateRequest(r, body)
-	if err != nil && !v.InvalidRequests {
-		v.fail("%v", err)
-	}
-	v.mu.Lock()
-	v.n++
-	v.mu.Unlock()
-	resp, err := v.next.RoundTrip(r)
-	if err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(data))
-	if in != nil {
-		if err := ValidateResponse(in, resp.StatusCode, resp.Header, data); err != nil {
+	return settletest.RoundTripBodies(v.next, r, func(r *http.Request, body []byte) func(*http.Response, []byte) {
+		in, err := v.ValidateRequest(r, body)
+		if err != nil && !v.InvalidRequests {
 			v.fail("%v", err)
 		}
-	}
-	return resp, nil
+		v.mu.Lock()
+		v.n++
+		v.mu.Unlock()
+		if in == nil {
+			return nil
+		}
+		return func(resp *http.Response, data []byte) {
+			if err := ValidateResponse(in, resp.StatusCode, resp.Header, data); err != nil {
+				v.fail("%v", err)
+			}
+		}
+	})
 }
 
 // ValidateRequest checks r with its body against the document and returns

@@ -1,6 +1,7 @@
 package settletest
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"strings"
@@ -39,4 +40,37 @@ func Do(t testing.TB, method, url, auth, body string) (int, string) {
 func Get(t testing.TB, url, auth string) (int, string) {
 	t.Helper()
 	return Do(t, http.MethodGet, url, auth, "")
+}
+
+// RoundTripBodies sends r with next, showing both ends of the exchange to
+// check with their bodies read whole (and put back for whoever reads them
+// next): check sees r and its body before it leaves, and returns what sees
+// the answer and its body once it comes (nil: nothing does). It is the
+// RoundTrip of a transport that validates what passes through it.
+func RoundTripBodies(next http.RoundTripper, r *http.Request, check func(r *http.Request, body []byte) func(resp *http.Response, body []byte)) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		_ = r.Body.Close()
+		body = b
+		r.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	answer := check(r, body)
+	resp, err := next.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(data))
+	if answer != nil {
+		answer(resp, data)
+	}
+	return resp, nil
 }

@@ -120,51 +120,34 @@ func (v *Validator) fail(format string, args ...any) {
 }
 
 func (v *Validator) RoundTrip(r *http.Request) (*http.Response, error) {
-	var body []byte
-	if r.Body != nil {
-		b, err := io.ReadAll(r.Body)
+	return settletest.RoundTripBodies(v.next, r, func(r *http.Request, body []byte) func(*http.Response, []byte) {
+		rt, params, err := Route(v.doc, r)
 		if err != nil {
-			return nil, err
+			v.fail("request: %v", err)
+			return nil
 		}
-		_ = r.Body.Close()
-		body = b
-		r.Body = io.NopCloser(bytes.NewReader(b))
-	}
-	rt, params, err := Route(v.doc, r)
-	if err != nil {
-		v.fail("request: %v", err)
-		return v.next.RoundTrip(r)
-	}
-	in := &openapi3filter.RequestValidationInput{
-		Request: r.Clone(context.Background()), PathParams: params, Route: rt,
-		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
-	}
-	in.Request.Body = io.NopCloser(bytes.NewReader(body))
-	if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
-		v.fail("request %s %s %s: %v", r.Method, r.URL.RequestURI(), body, err)
-	}
-	v.mu.Lock()
-	v.n++
-	v.mu.Unlock()
-	resp, err := v.next.RoundTrip(r)
-	if err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(data))
-	out := &openapi3filter.ResponseValidationInput{
-		RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
-		Body:    io.NopCloser(bytes.NewReader(data)),
-		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
-	}
-	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
-		v.fail("response %d to %s %s: %s: %v", resp.StatusCode, r.Method, r.URL.RequestURI(), data, err)
-	}
-	return resp, nil
+		in := &openapi3filter.RequestValidationInput{
+			Request: r.Clone(context.Background()), PathParams: params, Route: rt,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true},
+		}
+		in.Request.Body = io.NopCloser(bytes.NewReader(body))
+		if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+			v.fail("request %s %s %s: %v", r.Method, r.URL.RequestURI(), body, err)
+		}
+		v.mu.Lock()
+		v.n++
+		v.mu.Unlock()
+		return func(resp *http.Response, data []byte) {
+			out := &openapi3filter.ResponseValidationInput{
+				RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+				Body:    io.NopCloser(bytes.NewReader(data)),
+				Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+			}
+			if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+				v.fail("response %d to %s %s: %s: %v", resp.StatusCode, r.Method, r.URL.RequestURI(), data, err)
+			}
+		}
+	})
 }
 
 // NewValidator returns a Validator that fails t, when it ends, on every
