@@ -36,7 +36,7 @@ import (
 // `settle reconcile bank` is clean.
 func TestReturnsEndToEnd(t *testing.T) {
 	t.Parallel()
-	returnsEndToEnd(t, bankclient.SettleConnector.Name, "bene-%04d")
+	returnsEndToEnd(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-%04d"})
 }
 
 // TestReturnsEndToEndStripe is TestReturnsEndToEnd through the Stripe
@@ -44,12 +44,24 @@ func TestReturnsEndToEnd(t *testing.T) {
 // reads paid, then failed.
 func TestReturnsEndToEndStripe(t *testing.T) {
 	t.Parallel()
-	returnsEndToEnd(t, "stripe", "ba_ret%04d")
+	returnsEndToEnd(t, target{name: "stripe", beneficiary: "ba_ret%04d"})
+}
+
+// TestReturnsEndToEndOBIE is TestReturnsEndToEnd through the UK Open
+// Banking connector and the fakebank's obie profile, which reports returns
+// only on its statements: the payment resource keeps reading settled, and
+// the operator's `settle statement import` of the bank's camt.053 books
+// every return.
+func TestReturnsEndToEndOBIE(t *testing.T) {
+	t.Parallel()
+	tg := obieTarget
+	tg.beneficiary = "SortCodeAccountNumber:0808002132%04d:ACME Ltd"
+	returnsEndToEnd(t, tg)
 }
 
 // returnsEndToEnd runs the returns acceptance test against the bank of
-// connector name, beneficiary formatting each settlement's number.
-func returnsEndToEnd(t *testing.T, name, beneficiary string) {
+// tg, its beneficiary formatting each settlement's number.
+func returnsEndToEnd(t *testing.T, tg target) {
 	if testing.Short() {
 		t.Skip("multi-process end-to-end test")
 	}
@@ -63,14 +75,16 @@ func returnsEndToEnd(t *testing.T, name, beneficiary string) {
 	db := dbtest.New(t)
 	// No settlement failures: a payment the bank reports failed (or
 	// returned) after it was paid is then a return at every profile.
-	b := startBankAs(t, 17, bankclient.Faults{
+	name := tg.name
+	b, env := tg.bank(t, 17, bankclient.Faults{
 		DropResponseRate: 0.1, StatusErrorRate: 0.05, LatencyMaxMS: 20,
 		SettleDelayMS: settleMS, ReturnRate: returnRate, ReturnAfterMS: returnMS,
-	}, name)
+	})
+	statementsOnly := b.conn.Capabilities.ReturnsOnStatementsOnly
 	flags := append(workerFlags(b.url), "--bank", name)
 	workers := []*workertest.Worker{
-		startWorker(t, "w0", db.URL, nil, flags...),
-		startWorker(t, "w1", db.URL, nil, flags...),
+		startWorker(t, "w0", db.URL, env, flags...),
+		startWorker(t, "w1", db.URL, env, flags...),
 	}
 	urls := &lockedURLs{urls: []string{workers[0].URL(), workers[1].URL()}}
 
@@ -83,8 +97,11 @@ func returnsEndToEnd(t *testing.T, name, beneficiary string) {
 			AccountID:    fmt.Sprintf("acc-%02d", i%7),
 			AmountCents:  int64(100 + rng.IntN(100_000)),
 			Currency:     []string{"EUR", "USD"}[i%2],
-			Beneficiary:  fmt.Sprintf(beneficiary, i),
+			Beneficiary:  fmt.Sprintf(tg.beneficiary, i),
 			EventID:      fmt.Sprintf("evt-%04d", i),
+		}
+		if tg.currency != "" {
+			ev.Currency = tg.currency
 		}
 		want[ev.SettlementID] = ev.AmountCents
 		stream = append(stream, ev)
@@ -93,20 +110,22 @@ func returnsEndToEnd(t *testing.T, name, beneficiary string) {
 	batches := (n + batchSize - 1) / batchSize
 	for bi := range batches {
 		if bi == batches/2 {
-			// Mid-run, once returns are being booked and bank jobs run:
-			// kill w0 (the first started, most likely River's leader,
-			// which runs the sweep and so the return watch).
+			// Mid-run, once returns are being booked (at a bank that
+			// reports them on statements only: once payments settle) and
+			// bank jobs run: kill w0 (the first started, most likely
+			// River's leader, which runs the sweep and so the return
+			// watch).
 			var returned, running int
 			settletest.Wait(t, "a return booked", func() (bool, string) {
 				if err := db.Pool.QueryRow(ctx, `SELECT
-					(SELECT count(*) FROM settlements WHERE state = 'returned'),
-					(SELECT count(*) FROM river_job WHERE queue = 'bank' AND state = 'running')`).Scan(&returned, &running); err != nil {
+					(SELECT count(*) FROM settlements WHERE state IN ('returned', CASE WHEN $1 THEN 'confirmed' END)),
+					(SELECT count(*) FROM river_job WHERE queue = 'bank' AND state = 'running')`, statementsOnly).Scan(&returned, &running); err != nil {
 					t.Fatal(err)
 				}
-				return returned > 0, fmt.Sprintf("%d returned, %d bank jobs running", returned, running)
+				return returned > 0, fmt.Sprintf("%d returned (or confirmed), %d bank jobs running", returned, running)
 			})
 			workers[0].Kill()
-			t.Logf("SIGKILLed w0 after %d of %d batches, %d settlements returned, %d bank jobs running", bi, batches, returned, running)
+			t.Logf("SIGKILLed w0 after %d of %d batches, %d settlements returned (or, at a bank reporting returns on statements only, confirmed), %d bank jobs running", bi, batches, returned, running)
 			urls.set(0, workers[1].URL())
 		}
 		evs := stream[bi*batchSize : min((bi+1)*batchSize, n)]
@@ -117,9 +136,39 @@ func returnsEndToEnd(t *testing.T, name, beneficiary string) {
 		}
 	}
 
-	client, err := b.conn.New(b.url, bankclient.Options{})
-	if err != nil {
-		t.Fatal(err)
+	client := b.books(t)
+	if statementsOnly {
+		// Every payment settled and had its time to come back; then the
+		// operator imports the bank's statement, which alone shows the
+		// returns.
+		settletest.Wait(t, "every payment old enough to have come back", func() (bool, string) {
+			ps, err := bankclient.AllPayments(ctx, client)
+			if err != nil {
+				return false, err.Error()
+			}
+			young := 0
+			for _, p := range ps {
+				if time.Since(p.CreatedAt) < (settleMS+returnMS)*time.Millisecond {
+					young++
+				}
+			}
+			var open int
+			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM settlements WHERE state NOT IN ('confirmed', 'failed', 'returned')`).Scan(&open); err != nil {
+				t.Fatal(err)
+			}
+			return len(ps) == n && young == 0 && open == 0, fmt.Sprintf("%d bank payments (%d young), %d settlements open", len(ps), young, open)
+		})
+		data, err := b.RenderStatement(time.Now().UTC(), fakebank.FormatCamt053, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), "camt053.xml")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := runSettle(t, db.URL, "statement", "import", file); code != 0 && code != 1 {
+			t.Fatalf("settle statement import exited %d:\n%s", code, out)
+		}
 	}
 	// Every payment has had its time to come back (the bank's own clock
 	// says so), and the engine has booked every return the bank shows.
@@ -199,8 +248,17 @@ func returnsEndToEnd(t *testing.T, name, beneficiary string) {
 	t.Logf("%s: %d payments returned at the bank: %d settlements returned with one reversal, %d failed before confirmation",
 		name, len(returnedAtBank), returned, failedEarly)
 
-	// The ledger agrees with the bank: `settle reconcile bank` exits 0.
-	out, code := reconcileBank(t, db.URL, name, b.url)
+	// The ledger agrees with the bank: `settle reconcile bank` exits 0
+	// (against the imported statements at a bank without a list).
+	var (
+		out  string
+		code int
+	)
+	if b.conn.Capabilities.NoList {
+		out, code = runSettle(t, db.URL, "reconcile", "bank", "--json", "--bank", name, "--statements")
+	} else {
+		out, code = reconcileBank(t, db.URL, name, b.url)
+	}
 	var rep map[string]any
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
 		t.Fatalf("settle reconcile bank exited %d: %v\n%s", code, err, out)
