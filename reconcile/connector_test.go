@@ -77,13 +77,7 @@ func TestLostAnswerResolvedByReplayAtAnIDOnlyBank(t *testing.T) {
 	if st := b.bank.Stats(); st.Payments != 1 || st.MaxPaymentsPerReference != 1 {
 		t.Errorf("bank %+v, want one payment", st)
 	}
-	ps, err := bankclient.AllPayments(ctx, b.r.Bank)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, err := CheckInvariants(ctx, b.db.Pool, Expect{CheckBank: true, Payments: ps, Recovered: true}); err != nil || len(v) > 0 {
-		t.Errorf("invariants: %v %v", v, err)
-	}
+	checkAgainst(t, b.db, b.r.Bank)
 }
 
 // TestLostAnswerAfterTheKeyWindow: past the key window a replay could pay

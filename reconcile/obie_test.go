@@ -270,11 +270,5 @@ func TestConsentStepRacesPayOnce(t *testing.T) {
 	if r := readRow(t, ob.db, "cons-race"); r.movements != 1 || r.moveAmount != 4100 {
 		t.Errorf("%+v: want one movement of 4100", r)
 	}
-	ps, err := bankclient.AllPayments(ctx, ob.bank.BooksClient())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, err := CheckInvariants(ctx, ob.db.Pool, Expect{CheckBank: true, Payments: ps, Recovered: true}); err != nil || len(v) > 0 {
-		t.Errorf("invariants: %v %v", v, err)
-	}
+	checkAgainst(t, ob.db, ob.bank.BooksClient())
 }

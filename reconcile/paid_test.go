@@ -66,13 +66,7 @@ func TestStatementResolvesLostAnswers(t *testing.T) {
 	if _, err := im.Import(ctx, "today-again.xml", bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
-	ps, err := bankclient.AllPayments(ctx, b.r.Bank)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, err := CheckInvariants(ctx, b.db.Pool, Expect{CheckBank: true, Payments: ps, Recovered: true}); err != nil || len(v) > 0 {
-		t.Errorf("invariants: %v %v", v, err)
-	}
+	checkAgainst(t, b.db, b.r.Bank)
 }
 
 // TestStatementPaysAnotherAmount: a statement line under the settlement's

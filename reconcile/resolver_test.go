@@ -50,6 +50,20 @@ func setupResolverOpts(t *testing.T, opts fakebank.Options) *resolverBundle {
 	}}
 }
 
+// checkAgainst runs the one invariant checker, recovered, against the
+// tables of db and the books of bank.
+func checkAgainst(t *testing.T, db *dbtest.DB, bank bankclient.Bank) {
+	t.Helper()
+	ctx := context.Background()
+	ps, err := bankclient.AllPayments(ctx, bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := CheckInvariants(ctx, db.Pool, Expect{CheckBank: true, Payments: ps, Recovered: true}); err != nil || len(v) > 0 {
+		t.Errorf("invariants: %v %v", v, err)
+	}
+}
+
 // insertSettlement creates a pending settlement as intake would (without a
 // receipt or a job).
 func insertSettlement(t *testing.T, db *dbtest.DB, id string, amount int64) {

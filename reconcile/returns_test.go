@@ -71,13 +71,7 @@ func TestReturnByStatus(t *testing.T) {
 	if out, _ := b.r.Resolve(ctx, "ret-status", nil); out.Action != ActionNone {
 		t.Errorf("a returned settlement is asked again: %+v", out)
 	}
-	ps, err := bankclient.AllPayments(ctx, b.r.Bank)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, err := CheckInvariants(ctx, b.db.Pool, Expect{CheckBank: true, Payments: ps, Recovered: true}); err != nil || len(v) > 0 {
-		t.Errorf("invariants: %v %v", v, err)
-	}
+	checkAgainst(t, b.db, b.r.Bank)
 }
 
 // TestReturnFromEverySourceAtOnce: the same return reported by the status
