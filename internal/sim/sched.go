@@ -244,15 +244,26 @@ func (t *actorTx) plantReversal(ctx context.Context, sql string, args []any) (pg
 		}
 		t.a.note("planted: reversal written twice")
 	case "reversal-outside-transition":
-		if _, err := t.a.pool.Exec(ctx, sql, args...); err != nil {
-			return pgconn.CommandTag{}, err
-		}
-		t.a.crashed = true
-		t.a.note("planted: reversal committed on its own, crashed before the transition committed")
-		t.end()
-		return pgconn.CommandTag{}, errCrashed
+		return pgconn.CommandTag{}, t.reversalApart(ctx, args[0])
 	}
 	return t.Tx.Exec(ctx, sql, args...)
+}
+
+// reversalApart is the "reversal-outside-transition" plant: the reversal
+// of settlement id committed on a connection of its own (so not waiting
+// for the transition the engine's statement is conditioned on), then the
+// process dies before the transaction of the transition commits.
+func (t *actorTx) reversalApart(ctx context.Context, id any) error {
+	if _, err := t.a.pool.Exec(ctx, `
+		INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency, created_at)
+		SELECT settlement_id, 'reversal', account_id, amount_cents, currency, now()
+		FROM settlements WHERE settlement_id = $1`, id); err != nil {
+		return err
+	}
+	t.a.crashed = true
+	t.a.note("planted: reversal committed on its own, crashed before the transition committed")
+	t.end()
+	return errCrashed
 }
 
 func (t *actorTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -272,6 +283,22 @@ func (t *actorTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 func (t *actorTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := t.dead("tx batch"); err != nil {
 		return errBatch{err}
+	}
+	// The engine writes a decision's movement in a batch with its answer
+	// and facts: the plants and the crash before a return's commit act on
+	// it there as on a statement of its own.
+	for _, q := range b.QueuedQueries {
+		if !writesReversal(q.SQL, q.Arguments) {
+			continue
+		}
+		t.reversal = true
+		switch t.a.plant {
+		case "second-reversal":
+			b.Queue(q.SQL, q.Arguments...)
+			t.a.note("planted: reversal written twice")
+		case "reversal-outside-transition":
+			return errBatch{t.reversalApart(ctx, q.Arguments[0])}
+		}
 	}
 	return t.Tx.SendBatch(ctx, b)
 }
