@@ -56,6 +56,11 @@ type BankConfig struct {
 	// but the POST); the calls it does not offer answer ErrUnsupported
 	// without a request, and a replay answers as Caps.Replay says.
 	Caps bankclient.Capabilities
+	// ConsentDecideMax bounds the simulated time the customer takes to
+	// decide a consent (Caps.Consent); ConsentReject of the consents are
+	// rejected, ConsentAbandon never decided.
+	ConsentDecideMax              time.Duration
+	ConsentReject, ConsentAbandon float64
 }
 
 // CapabilitySets are the kinds of bank the simulation runs the engine
@@ -63,7 +68,10 @@ type BankConfig struct {
 // only with the original response replayed and a searchable list
 // (Stripe, which reports a return as a paid payout failing), by the bank's
 // id only with the current resource replayed, no list and returns on
-// statements only (UK Open Banking), and a bank that offers only its list.
+// statements only (UK Open Banking), a bank that offers only its list, and
+// the Open Banking bank as bankclient/obie declares it: the by-id bank
+// whose every payment needs the customer's consent first (the key window
+// scaled to the simulation's key TTL).
 var CapabilitySets = []struct {
 	Name string
 	Caps bankclient.Capabilities
@@ -74,6 +82,8 @@ var CapabilitySets = []struct {
 	{"by-id/current-replay", bankclient.Capabilities{LookupByID: true, Replay: bankclient.ReplayCurrent,
 		ReturnsOnStatementsOnly: true}},
 	{"list-only", bankclient.Capabilities{Search: true, Replay: bankclient.ReplayStored}},
+	{"consent/by-id/current-replay", bankclient.Capabilities{LookupByID: true, Replay: bankclient.ReplayCurrent,
+		KeyWindow: EngineKeyTTL, Consent: true, ReturnsOnStatementsOnly: true, NoList: true}},
 }
 
 // Bank is an in-memory model of the bank protocol (DESIGN.md section 7)
@@ -96,6 +106,12 @@ type Bank struct {
 	payments []*simPayment
 	keys     map[string]*keyEntry
 	log      []string
+	// consents, consentKeys and posts are the consent books (Caps.Consent):
+	// every consent created, what each consent key names, and every payment
+	// POST that reached the bank under a new key.
+	consents    []*simConsent
+	consentKeys map[string]*consentKeyEntry
+	posts       []paymentPost
 }
 
 // simPayment is one executed payment.
@@ -112,6 +128,8 @@ type simPayment struct {
 	returnAt     time.Time
 	returnAmount int64
 	returnReason string
+	// consent is the consent the payment consumed (Caps.Consent).
+	consent *simConsent
 }
 
 // keyEntry is what the bank remembers of a key: its first request and its
@@ -132,6 +150,8 @@ func NewBank(cfg BankConfig) *Bank {
 		clock: cfg.Clock,
 		rng:   rand.New(rand.NewPCG(cfg.Seed, 0xba4c)),
 		keys:  map[string]*keyEntry{},
+
+		consentKeys: map[string]*consentKeyEntry{},
 	}
 }
 
@@ -271,6 +291,15 @@ func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.Se
 		}
 		return bankclient.SendResult{Payment: b.report(e.payment, now), Replayed: b.cfg.Caps.Replay == bankclient.ReplayStored}, nil
 	}
+	var consent *simConsent
+	if b.cfg.Caps.Consent {
+		// A refusal here pins nothing to the key, as at the bank.
+		c, err := b.underConsent(key, req, now)
+		if err != nil {
+			return bankclient.SendResult{}, err
+		}
+		consent = c
+	}
 	e := &keyEntry{req: req}
 	if b.cfg.KeyTTL > 0 {
 		e.expiresAt = now.Add(b.cfg.KeyTTL)
@@ -291,6 +320,9 @@ func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.Se
 	}
 	if b.chance(b.faults.SettlementFailure) {
 		p.outcome = bankclient.StatusFailed
+	}
+	if consent != nil {
+		p.consent, consent.payment = consent, p
 	}
 	e.payment = p
 	b.payments = append(b.payments, p)

@@ -3,11 +3,15 @@
 // conflicting payloads, sends, status checks, clock jumps, bank faults,
 // crashes and returns of settled payments (reported by the status API as
 // each kind of bank reports them, by webhook hints and by imported camt.054
-// statements, in full or in part, before or after confirmation), runs the
+// statements, in full or in part, before or after confirmation) and, at a
+// bank whose payments need a consent first (UK Open Banking), consents
+// authorised after a while, rejected or never decided by the customer,
+// runs the
 // real engine (intake.Service and reconcile.Resolver)
 // against a real PostgreSQL database and an in-memory model of the bank
 // ([Bank]), then checks the exactly-once invariants in SQL and against the
-// bank's books (reconcile.CheckInvariants).
+// bank's books (reconcile.CheckInvariants), and at a consent bank the
+// checks of the consent step (consentChecks).
 //
 // It owns the simulated bank, the simulated clock, the cooperative
 // scheduler that interleaves several engine calls at the granularity of

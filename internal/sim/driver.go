@@ -63,7 +63,11 @@ type Config struct {
 	// (settlement_id, kind) of ledger_movements dropped and every reversal
 	// written twice) or "reversal-outside-transition" (the reversal
 	// committed on its own, the process dying before the transition's
-	// transaction commits). Empty: the engine as shipped.
+	// transaction commits); at a consent bank, "consent-misread" (a
+	// consent awaiting authorisation read as authorised, so the payment is
+	// POSTed before it) or "consent-wait-forever" (the engine never gives up
+	// on a consent the customer never decides). Empty: the engine as
+	// shipped.
 	Plant string
 	// Returns gives every schedule's bank a return profile (drawn per
 	// seed); otherwise a quarter of the seeds return nothing.
@@ -250,7 +254,8 @@ func newRun(pool *pgxpool.Pool, cfg Config, rng *rand.Rand, bankTTL time.Duratio
 		rng:   rng,
 		clock: clock,
 		bank: NewBank(BankConfig{Seed: rng.Uint64(), Clock: clock, KeyTTL: bankTTL,
-			SettleDelayMin: 0, SettleDelayMax: settleDelayMax, Caps: caps}),
+			SettleDelayMin: 0, SettleDelayMax: settleDelayMax, Caps: caps,
+			ConsentDecideMax: consentDecideMax, ConsentReject: consentRejectRate, ConsentAbandon: consentAbandonRate}),
 		caps:           caps,
 		engineTTL:      EngineKeyTTL - cfg.KeyTTLMargin,
 		pool:           pool,
@@ -274,6 +279,13 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 	violations, err := reconcile.CheckInvariants(ctx, r.pool, r.expect())
 	if err != nil {
 		return nil, err
+	}
+	if r.caps.Consent {
+		cv, err := r.consentChecks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		violations = append(violations, cv...)
 	}
 	r.res.Violations = violations
 	r.res.BankLog = r.bank.Log()
@@ -621,6 +633,7 @@ func (r *run) resolver(a *actor) *reconcile.Resolver {
 		DB: actorDB{a: a, pool: r.pool}, Bank: actorBank{a: a, bank: r.bank}, Now: r.clock.Now,
 		KeyTTL: r.engineTTL, CheckInterval: checkInterval, MaxCheckInterval: maxCheckInterval, Lease: lease,
 		Capabilities: &r.caps, RequestBound: requestBound, ReturnWatch: returnWatch,
+		ConsentWait: consentWait,
 	}
 	if r.caps.ReturnsOnStatementsOnly {
 		rs.ReturnWatch = 0 // as the worker configures it: statements bring the returns
@@ -630,6 +643,8 @@ func (r *run) resolver(a *actor) *reconcile.Resolver {
 		rs.RequestBound = -3 * EngineKeyTTL
 	case "resend-after-window":
 		rs.KeyTTL = 100 * EngineKeyTTL
+	case "consent-wait-forever":
+		rs.ConsentWait = -1
 	}
 	return rs
 }

@@ -23,7 +23,7 @@ var (
 	flagFirst       = flag.Uint64("sim.first", 1, "first seed of the range TestSimulation runs")
 	flagMargin      = flag.Duration("sim.margin", 0, "configure the engine's key TTL this much below the bank's")
 	flagReturnSeeds = flag.Int("sim.returns", 2000, "number of seeds TestSimulationReturns runs")
-	flagBank        = flag.String("sim.bank", "", "run every seed against this kind of bank (by-key, by-id/original-replay/list, by-id/current-replay, list-only; default: the seed's)")
+	flagBank        = flag.String("sim.bank", "", "run every seed against this kind of bank (by-key, by-id/original-replay/list, by-id/current-replay, list-only, consent/by-id/current-replay; default: the seed's)")
 )
 
 func TestMain(m *testing.M) {
