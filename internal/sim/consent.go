@@ -21,8 +21,8 @@ import (
 // flagged consent_expired. consentDecideMax exceeds consentWait, so some
 // are authorised only after the engine gave up on them.
 const (
-	consentDecideMax   = 150 * time.Minute
-	consentWait        = 2 * time.Hour
+	consentDecideMax   = 50 * time.Minute
+	consentWait        = 40 * time.Minute
 	consentRejectRate  = 0.1
 	consentAbandonRate = 0.1
 )
