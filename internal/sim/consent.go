@@ -211,6 +211,13 @@ func (b *Bank) ConsentByID(ctx context.Context, id string) (bankclient.Consent, 
 	return con, err
 }
 
+// consentCount returns how many consents the bank created.
+func (b *Bank) consentCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.consents)
+}
+
 func (b *Bank) consentByID(id string) *simConsent {
 	for _, c := range b.consents {
 		if c.id == id {

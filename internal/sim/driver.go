@@ -112,6 +112,8 @@ type Stats struct {
 	// part), Returned the settlements that ended returned, Webhooks and
 	// Statements the hints and statement imports of the schedule.
 	Returns, Partial, Returned, Webhooks, Statements int
+	// Consents are the consents the bank created (a consent bank only).
+	Consents int
 }
 
 // Report formats the result for a failing test: the seed, how to replay
@@ -774,6 +776,7 @@ func (r *run) expect() reconcile.Expect {
 func (r *run) count(ctx context.Context) error {
 	s := &r.res.Stats
 	s.BankPayments = len(r.bank.Payments())
+	s.Consents = r.bank.consentCount()
 	for _, ret := range r.bank.ReturnsBooked() {
 		s.Returns++
 		if !ret.Full {
