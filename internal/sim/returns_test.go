@@ -30,6 +30,8 @@ func setupReturn(ctx context.Context, t *testing.T, bank, plant string, sentOnly
 	}
 	r := newRun(db.Pool, cfg, rand.New(rand.NewPCG(1, 1)), EngineKeyTTL, caps)
 	r.bank.cfg.SettleDelayMin, r.bank.cfg.SettleDelayMax = time.Minute, time.Minute
+	// At a consent bank the customer authorises the consent at once.
+	r.bank.cfg.ConsentDecideMax, r.bank.cfg.ConsentReject, r.bank.cfg.ConsentAbandon = 0, 0, 0
 	if err := r.setupPlant(ctx); err != nil {
 		t.Fatal(err)
 	}
