@@ -133,6 +133,34 @@ func CheckToken(tok, name string) error {
 	return nil
 }
 
+// ParseRemote is what a connector's New checks before anything else: the
+// base URL (ParseBaseURL), no credential over plain http to a bank not on
+// this machine, a credential for such a bank at all, one that can travel
+// in a header, and a rate that is not negative. bank names the bank and
+// credential the kind of token in the errors ("Stripe", "secret key"),
+// which never contain either. It returns the URL and whether the bank is
+// on this machine.
+func ParseRemote(baseURL string, opts Options, bank, credential string) (*url.URL, bool, error) {
+	base, err := ParseBaseURL(baseURL, "the "+credential+" belongs in "+EnvToken)
+	if err != nil {
+		return nil, false, fmt.Errorf("error parsing %s URL: %w", bank, err)
+	}
+	loopback := IsLoopback(base.Hostname())
+	if base.Scheme != "https" && !loopback {
+		return nil, false, fmt.Errorf("error configuring %s: refusing to send the %s over plain http to a bank that is not on this machine", bank, credential)
+	}
+	if opts.Token == "" && !loopback {
+		return nil, false, fmt.Errorf("error configuring %s: no %s (set %s)", bank, credential, EnvToken)
+	}
+	if err := CheckToken(string(opts.Token), "the "+credential); err != nil {
+		return nil, false, fmt.Errorf("error configuring %s: %w", bank, err)
+	}
+	if opts.RatePerSecond < 0 {
+		return nil, false, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
+	}
+	return base, loopback, nil
+}
+
 // IsLoopback reports whether host names this machine.
 func IsLoopback(host string) bool {
 	if host == "localhost" {

@@ -91,22 +91,9 @@ var (
 // and the signature claims of cfg. It will not start without a signing
 // key: every POST must be signed.
 func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
-	base, err := bankclient.ParseBaseURL(baseURL, "the token belongs in "+bankclient.EnvToken)
+	base, loopback, err := bankclient.ParseRemote(baseURL, opts, "Open Banking", "access token")
 	if err != nil {
-		return nil, fmt.Errorf("error parsing Open Banking URL: %w", err)
-	}
-	loopback := bankclient.IsLoopback(base.Hostname())
-	if base.Scheme != "https" && !loopback {
-		return nil, errors.New("error configuring Open Banking: refusing plain http to a bank that is not on this machine (the API needs TLS)")
-	}
-	if opts.Token == "" && !loopback {
-		return nil, fmt.Errorf("error configuring Open Banking: no access token (set %s)", bankclient.EnvToken)
-	}
-	if err := bankclient.CheckToken(string(opts.Token), "the access token"); err != nil {
-		return nil, fmt.Errorf("error configuring Open Banking: %w", err)
-	}
-	if opts.RatePerSecond < 0 {
-		return nil, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
+		return nil, err
 	}
 	sg, err := newSigner(opts, cfg, loopback)
 	if err != nil {

@@ -40,22 +40,9 @@ var (
 // the connected account opts.Account. stripe-go's own network retries are
 // off: the retries of opts.Retry are ours, under the same key.
 func New(baseURL string, opts bankclient.Options) (*Client, error) {
-	base, err := bankclient.ParseBaseURL(baseURL, "the secret key belongs in SETTLE_BANK_TOKEN")
+	base, _, err := bankclient.ParseRemote(baseURL, opts, "Stripe", "secret key")
 	if err != nil {
-		return nil, fmt.Errorf("error parsing Stripe URL: %w", err)
-	}
-	loopback := bankclient.IsLoopback(base.Hostname())
-	if base.Scheme != "https" && !loopback {
-		return nil, errors.New("error configuring Stripe: refusing to send the secret key over plain http to a non-loopback host")
-	}
-	if opts.Token == "" && !loopback {
-		return nil, fmt.Errorf("error configuring Stripe: no secret key (set %s)", bankclient.EnvToken)
-	}
-	if err := bankclient.CheckToken(string(opts.Token), "the secret key"); err != nil {
-		return nil, fmt.Errorf("error configuring Stripe: %w", err)
-	}
-	if opts.RatePerSecond < 0 {
-		return nil, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
+		return nil, err
 	}
 	hc, err := httpClient(opts)
 	if err != nil {
