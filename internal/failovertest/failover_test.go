@@ -446,7 +446,21 @@ type inFlightProbe struct {
 func startInFlight(t *testing.T, ctx context.Context, primary *hatest.Node, workers []*workertest.Worker) *inFlightProbe {
 	t.Helper()
 	pr := &inFlightProbe{ev: loadtest.NewEvent("ha-inflight", 0), answers: [2]chan int{make(chan int, 1), make(chan int, 1)}}
-	go func() { pr.answers[0] <- post(ctx, workers[0].URL(), pr.ev) }()
+	go func() {
+		// While replication is paused the workers' pools fill with
+		// commits waiting for the standby; a delivery that finds no
+		// connection (or whose commit timed out before it was written)
+		// is answered 503 with nothing stored, and the producer delivers
+		// it again, as an at-least-once producer does, until one is
+		// committed on the primary (and then waits there).
+		for {
+			code := post(ctx, workers[0].URL(), pr.ev)
+			if n, err := count(ctx, primary, `SELECT count(*) FROM settlement_receipts WHERE settlement_id = $1`, pr.ev.SettlementID); code != http.StatusServiceUnavailable || err != nil || n > 0 || ctx.Err() != nil {
+				pr.answers[0] <- code
+				return
+			}
+		}
+	}()
 	settletest.Wait(t, pr.ev.SettlementID+" committed on "+primary.Name, func() (bool, string) {
 		n, err := count(ctx, primary, `SELECT count(*) FROM settlement_receipts WHERE settlement_id = $1`, pr.ev.SettlementID)
 		return n == 1, fmt.Sprintf("%d receipts (%v)", n, err)
