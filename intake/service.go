@@ -181,6 +181,23 @@ type replayKey struct{ id, hash string }
 // with it. An error (ErrUnavailable or another) concerns the whole batch:
 // then nothing of it was acknowledged.
 func (s *Service) SubmitBatch(ctx context.Context, evs []Event) ([]Outcome, error) {
+	return s.SubmitBatchTx(ctx, evs, nil)
+}
+
+// InTx is work a caller adds to the receipt transaction of a batch
+// (SubmitBatchTx): it runs inside that transaction, last before its
+// commit, so that what it writes commits with the receipts or not at all.
+// refused holds, per event, the *InvalidError of an event refused before
+// the transaction (older than the replay horizon, or one the bank could
+// never send), nil for the others. It may run more than once, each time in
+// a new transaction, when a transaction is retried.
+type InTx func(ctx context.Context, tx pgx.Tx, refused []error) error
+
+// SubmitBatchTx is SubmitBatch with inTx run inside the receipt
+// transaction (see InTx); with inTx not nil that transaction runs even when
+// no event reaches it. Event sources record their rejects this way, in the
+// transaction that records the batch (DESIGN.md section 18).
+func (s *Service) SubmitBatchTx(ctx context.Context, evs []Event, inTx InTx) ([]Outcome, error) {
 	now := s.now()
 	outs := make([]Outcome, len(evs))
 	hashes := make([]string, len(evs))
@@ -209,12 +226,26 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []Event) ([]Outcome, erro
 	sort.Slice(order, func(i, j int) bool { return order[i].ev.SettlementID < order[j].ev.SettlementID })
 
 	var res commitResult
-	if len(order) > 0 {
+	if len(order) > 0 || inTx != nil {
+		refused := make([]error, len(evs))
+		for i := range outs {
+			refused[i] = outs[i].Err
+		}
+		add := func(ctx context.Context, tx pgx.Tx) error {
+			if inTx == nil {
+				return nil
+			}
+			return inTx(ctx, tx, refused)
+		}
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 		var err error
 		for attempt := 0; ; attempt++ {
-			res, err = s.commit(ctx, order, counts, now)
+			if len(order) == 0 {
+				err = s.commitOnly(ctx, add)
+			} else {
+				res, err = s.commit(ctx, order, counts, now, add)
+			}
 			if err == nil {
 				break
 			}
@@ -374,7 +405,7 @@ FROM (SELECT ` + settlementColumns + ` FROM settlements WHERE settlement_id = $1
 LEFT JOIN settlement_receipts rc USING (settlement_id)`
 
 // commit runs the one intake transaction for the leads.
-func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKey]int64, now time.Time) (commitResult, error) {
+func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKey]int64, now time.Time, inTx func(context.Context, pgx.Tx) error) (commitResult, error) {
 	res := commitResult{
 		stored:     make(map[string]settlement.Settlement, len(leads)),
 		created:    make(map[string]bool, len(leads)),
@@ -481,6 +512,9 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		}
 		crash.Point(crash.IntakeBeforeCommit)
 	}
+	if err := inTx(ctx, tx); err != nil {
+		return res, err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("error committing: %w", err)
 	}
@@ -488,6 +522,23 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		crash.Point(crash.IntakeAfterCommit)
 	}
 	return res, nil
+}
+
+// commitOnly runs inTx alone in a transaction: a batch of which no event
+// reached the receipt insert.
+func (s *Service) commitOnly(ctx context.Context, inTx func(context.Context, pgx.Tx) error) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("error beginning transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := inTx(ctx, tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("error committing: %w", err)
+	}
+	return nil
 }
 
 func (s *Service) readReplays(br pgx.BatchResults, res *commitResult) error {

@@ -56,6 +56,21 @@ const (
 	ReturnAfterCommit  = "return.after_commit"
 )
 
+// The crash points of an event source (DESIGN.md section 18), reached only
+// by a worker that consumes a queue (--source): just before the
+// transaction that records a fetched batch commits, just after it
+// committed (nothing acknowledged to the broker yet), and just after the
+// batch was acknowledged. They are not in Points, which every worker
+// reaches.
+const (
+	SourceBeforeCommit = "source.before_commit"
+	SourceAfterCommit  = "source.after_commit"
+	SourceAfterAck     = "source.after_ack"
+)
+
+// SourcePoints lists the crash points of an event source.
+var SourcePoints = []string{SourceBeforeCommit, SourceAfterCommit, SourceAfterAck}
+
 var (
 	once  sync.Once
 	armed string

@@ -35,6 +35,17 @@ type Metrics struct {
 	// BankWebhooks counts webhooks from the bank by connector and outcome
 	// (checked, unknown_settlement, bad_signature, stale, malformed, error).
 	BankWebhooks *prometheus.CounterVec
+	// SourceMessages counts the messages of event sources (DESIGN.md
+	// section 18) by source kind and outcome (created, replayed, conflict,
+	// rejected, poison), each counted once its outcome committed.
+	SourceMessages *prometheus.CounterVec
+	// SourceRedeliveries counts messages a source delivered more than once.
+	SourceRedeliveries *prometheus.CounterVec
+	// SourceLag is the number of messages waiting in a source.
+	SourceLag *prometheus.GaugeVec
+	// SourceBatch is how long a fetched batch took from fetch to
+	// acknowledgement.
+	SourceBatch prometheus.Histogram
 }
 
 // New creates the collectors and registers them with reg.
@@ -76,9 +87,23 @@ func New(reg prometheus.Registerer) *Metrics {
 		BankWebhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "settle_bank_webhooks_total", Help: "Webhooks from the bank, by connector and outcome (checked, unknown_settlement, bad_signature, stale, malformed, error).",
 		}, []string{"connector", "outcome"}),
+		SourceMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_source_messages_total", Help: "Messages taken from event sources, by source and outcome (created, replayed, conflict, rejected, poison).",
+		}, []string{"source", "outcome"}),
+		SourceRedeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_source_redeliveries_total", Help: "Messages an event source delivered more than once, by source.",
+		}, []string{"source"}),
+		SourceLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "settle_source_lag", Help: "Messages waiting in an event source, by source.",
+		}, []string{"source"}),
+		SourceBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "settle_source_batch_seconds", Help: "Time from fetching a batch of an event source to its acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}),
 	}
 	reg.MustRegister(m.IntakeTotal, m.ReplayAge, m.ReceiptConflicts, m.UncertainTotal, m.Transitions,
-		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation, m.Returns, m.BankWebhooks)
+		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation, m.Returns, m.BankWebhooks,
+		m.SourceMessages, m.SourceRedeliveries, m.SourceLag, m.SourceBatch)
 	return m
 }
 
