@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -315,5 +316,43 @@ func webhook(t *testing.T, tg Target) {
 	}
 	if _, err := tg.Connector.VerifyWebhook(tg.SignWebhook(body, "other", now), body, secret, now); err == nil {
 		t.Error("a webhook signed with another secret verifies")
+	}
+	replays(t, tg, body, secret, now)
+}
+
+// replays: an old signed header given a fresh t= beside its own, wherever
+// it goes, is refused as a bad signature: one parser reads the timestamp
+// the tolerance checks and the one the HMAC covers, and two are no header.
+func replays(t *testing.T, tg Target, body []byte, secret string, now time.Time) {
+	old := now.Add(-time.Hour)
+	var name string
+	for k := range tg.SignWebhook(body, secret, old) {
+		name = k
+	}
+	signed := tg.SignWebhook(body, secret, old).Get(name)
+	oldT, sigs, _ := strings.Cut(signed, ",")
+	fresh := "t=" + strconv.FormatInt(now.Unix(), 10)
+	for _, forged := range []string{
+		fresh + "," + signed,
+		signed + "," + fresh,
+		oldT + "," + fresh + "," + sigs,
+		fresh + ", " + signed,
+		" " + fresh + " ," + signed,
+		fresh + "," + fresh + "," + sigs,
+		oldT + "," + signed,
+		signed + ",t=",
+		"t=," + signed,
+		"t=" + strconv.FormatInt(old.Unix(), 10) + "," + oldT + "," + sigs,
+	} {
+		h := http.Header{}
+		h.Set(name, forged)
+		if _, err := tg.Connector.VerifyWebhook(h, body, secret, now); !errors.Is(err, bankclient.ErrWebhookSignature) {
+			t.Errorf("%s: %q: %v, want %v", name, forged, err, bankclient.ErrWebhookSignature)
+		}
+	}
+	// The fresh header alone is still good.
+	h := tg.SignWebhook(body, secret, now)
+	if _, err := tg.Connector.VerifyWebhook(h, body, secret, now); err != nil {
+		t.Errorf("the fresh header %q: %v", h.Get(name), err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,12 @@ func TestStripeIntakeAndWebhooks(t *testing.T) {
 	}
 	if code := post(charge, sign(charge, secret)); code != http.StatusBadRequest {
 		t.Errorf("not about a payout: %d, want 400", code)
+	}
+	// An hour-old signature given a fresh t= in front (issue 32): one
+	// parser reads both, and two t= are no header.
+	replayed := "t=" + strconv.FormatInt(time.Now().Unix(), 10) + "," + bankclient.SignHMAC(paid, secret, time.Now().Add(-time.Hour))
+	if code := post(paid, http.Header{stripe.SignatureHeader: {replayed}}); code != http.StatusBadRequest {
+		t.Errorf("a replay with a fresh t= in front: %d, want 400", code)
 	}
 	if n := jobs(); n != 0 {
 		t.Fatalf("refused hints enqueued %d checks", n)
