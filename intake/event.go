@@ -110,8 +110,10 @@ var requiredFields = []string{fieldSettlementID, fieldAccountID, fieldAmountCent
 // payload whose meaning depends on the parser is not a payload to pay): the
 // body must be valid UTF-8 and exactly one JSON object with no duplicate
 // and no unknown keys; amount_cents must be a JSON integer literal (not
-// 1.0, not 1e3, not a string) in 1..2^63-1; strings may hold no control
-// characters, NUL or U+FFFD. Every refusal is an *InvalidError. It does not
+// 1.0, not 1e3, not a string) in 1..2^63-1; currency must be one a payout
+// can be made in (settlement.PayoutCurrency); strings may hold only
+// graphic characters (no control, format or separator character, no
+// U+FFFD). Every refusal is an *InvalidError. It does not
 // check the replay horizon: see Event.CheckHorizon.
 func DecodeEvent(data []byte) (Event, error) {
 	if len(data) > MaxEventBytes {
@@ -197,7 +199,10 @@ func (ev *Event) set(key string, val json.Token) error {
 		if !ok {
 			return invalid(key, "must be a string")
 		}
-		if _, err := settlement.LookupCurrency(s); err != nil {
+		if _, err := settlement.PayoutCurrency(s); err != nil {
+			if np := (*settlement.NotPayableError)(nil); errors.As(err, &np) {
+				return invalid(key, np.Reason+": no payout can be made in it")
+			}
 			return invalid(key, "must be an ISO 4217 currency code with minor units (such as EUR, USD, JPY)")
 		}
 		ev.Currency = s
@@ -239,9 +244,14 @@ func (ev *Event) set(key string, val json.Token) error {
 	return nil
 }
 
-// stringField checks that val is a string of min..max characters without
-// control characters, NUL or U+FFFD (which the JSON decoder substitutes for
-// lone surrogates, so it could hide a different input).
+// stringField checks that val is a string of min..max characters, every
+// one graphic (unicode.IsGraphic: letters, marks, numbers, punctuation,
+// symbols and spaces), and none U+FFFD (which the JSON decoder substitutes
+// for lone surrogates, so it could hide a different input). Controls,
+// format characters (Cf: bidi overrides such as U+202E, zero-width
+// characters, the BOM, the soft hyphen), line and paragraph separators,
+// private-use and unassigned code points are refused: they make text show
+// on the console and in logs as something other than what it is.
 func stringField(key string, val json.Token, min, max int) (string, error) {
 	s, ok := val.(string)
 	if !ok {
@@ -250,8 +260,8 @@ func stringField(key string, val json.Token, min, max int) (string, error) {
 	n := 0
 	for _, r := range s {
 		n++
-		if unicode.IsControl(r) || r == utf8.RuneError {
-			return "", invalid(key, "contains a control or invalid character")
+		if !unicode.IsGraphic(r) || r == utf8.RuneError {
+			return "", invalid(key, "contains a control, format, separator or invalid character")
 		}
 	}
 	if n < min || n > max {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/settle/settle/intake"
 )
@@ -87,6 +89,12 @@ func badEvents() []struct {
 		{"long currency", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"EURO","beneficiary":"b"}`, "currency", 422},
 		{"no such currency", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"XYZ","beneficiary":"b"}`, "currency", 422},
 		{"currency without minor units", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"XAU","beneficiary":"b"}`, "currency", 422},
+		{"withdrawn currency", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"HRK","beneficiary":"b"}`, "currency", 422},
+		{"fund currency", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"CLF","beneficiary":"b"}`, "currency", 422},
+		{"right-to-left override in beneficiary", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"EUR","beneficiary":"ACME\u202eLtd"}`, "beneficiary", 422},
+		{"zero-width space in account_id", "{\"settlement_id\":\"s\",\"account_id\":\"a\u200bb\",\"amount_cents\":1,\"currency\":\"EUR\",\"beneficiary\":\"b\"}", "account_id", 422},
+		{"BOM in settlement_id", "{\"settlement_id\":\"\ufeffs\"," + valid + "}", "settlement_id", 422},
+		{"line separator in beneficiary", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"EUR","beneficiary":"b\u2028c"}`, "beneficiary", 422},
 		{"missing beneficiary", `{"settlement_id":"s","account_id":"a","amount_cents":1,"currency":"EUR"}`, "beneficiary", 422},
 		{"missing settlement_id", `{` + valid + `}`, "settlement_id", 422},
 		{"unknown field", `{"settlement_id":"s",` + valid + `,"memo":"hi"}`, "memo", 422},
@@ -322,5 +330,108 @@ func permute(a []string, k int, f func([]string)) {
 		a[k], a[i] = a[i], a[k]
 		permute(a, k+1, f)
 		a[k], a[i] = a[i], a[k]
+	}
+}
+
+// TestDecodeEventRefusesWhatNoOneCanPayOutIn (issue 32, item 13): a
+// withdrawn currency, an ISO fund code and the X codes that are no
+// currency at all are refused naming currency, while every currency one
+// can pay out in, the odd-exponent ones and the X-coded real ones (CFA
+// francs, East Caribbean dollar, Caribbean guilder, CFP franc) included,
+// is accepted.
+func TestDecodeEventRefusesWhatNoOneCanPayOutIn(t *testing.T) {
+	t.Parallel()
+	for _, code := range []string{
+		"HRK", "ZWL", "SLL", "CUC", "ANG", "BGN", // withdrawn
+		"CLF", "BOV", "CHE", "CHW", "COU", "MXV", "USN", "UYI", "UYW", // funds
+		"XAU", "XAG", "XPT", "XPD", "XTS", "XXX", "XDR", "XSU", "XUA", "XBA", "XBB", "XBC", "XBD", // no currency
+	} {
+		f := eventFields("s-" + code)
+		f["currency"] = code
+		_, err := intake.DecodeEvent([]byte(mustJSON(t, f)))
+		var inv *intake.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "currency" || !errors.Is(err, intake.ErrInvalid) {
+			t.Errorf("%s: %v, want 422 naming currency", code, err)
+		}
+	}
+	for _, code := range []string{"EUR", "USD", "GBP", "JPY", "KWD", "BHD", "CLP", "XAF", "XOF", "XCD", "XCG", "XPF", "ZWG", "SLE", "CUP", "VES", "VED"} {
+		f := eventFields("s-" + code)
+		f["currency"] = code
+		if _, err := intake.DecodeEvent([]byte(mustJSON(t, f))); err != nil {
+			t.Errorf("%s: %v, want accepted", code, err)
+		}
+	}
+}
+
+// TestDecodeEventRefusesInvisibleCharacters (issue 32, item 13): a format
+// character (Cf: bidi overrides and isolates, zero-width characters, the
+// BOM, the soft hyphen, tags…), a line or paragraph separator, a control
+// or a private-use character in settlement_id, account_id, beneficiary or
+// event_id would show one thing on the console and mean another: every
+// one of them, from every range of its class, is refused naming the field.
+func TestDecodeEventRefusesInvisibleCharacters(t *testing.T) {
+	t.Parallel()
+	var runes []rune
+	for _, table := range []*unicode.RangeTable{unicode.Cf, unicode.Zl, unicode.Zp, unicode.Cc, unicode.Co} {
+		for _, r16 := range table.R16 {
+			for r := rune(r16.Lo); r <= rune(r16.Hi); r += rune(r16.Stride) {
+				runes = append(runes, r)
+			}
+		}
+		for _, r32 := range table.R32 {
+			// Private use spans 130,000 code points: its ends and middle do.
+			if r32.Hi-r32.Lo > 1000 {
+				runes = append(runes, rune(r32.Lo), rune(r32.Lo+r32.Hi)/2, rune(r32.Hi))
+				continue
+			}
+			for r := rune(r32.Lo); r <= rune(r32.Hi); r += rune(r32.Stride) {
+				runes = append(runes, r)
+			}
+		}
+	}
+	for _, r := range []rune{0x202E, 0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x00AD, 0x061C, 0x2066, 0x2069, 0xE0001, 0x2028, 0x2029, 0x0085, 0x007F} {
+		if !slices.Contains(runes, r) {
+			t.Fatalf("U+%04X is missing from the classes tested", r)
+		}
+	}
+	for _, field := range []string{"settlement_id", "account_id", "beneficiary", "event_id"} {
+		for _, r := range runes {
+			for _, v := range []string{string(r), "ACME" + string(r) + "Ltd", "ACME Ltd" + string(r)} {
+				f := eventFields("s-1")
+				f[field] = v
+				body, err := json.Marshal(f) // \u escapes and raw UTF-8 alike
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = intake.DecodeEvent(body)
+				var inv *intake.InvalidError
+				if !errors.As(err, &inv) || inv.Field != field || !errors.Is(err, intake.ErrInvalid) {
+					t.Fatalf("%s with U+%04X: %v, want 422 naming %s", field, r, err, field)
+				}
+			}
+		}
+	}
+	// What people and banks write is still taken.
+	for _, v := range []string{"Zoë é", "株式会社 ACME", "Müller & Söhne GmbH", "O'Brien-Smith, J.", "ACME\u00a0Ltd", "شركة", "€ 😀"} {
+		f := eventFields("s-ok")
+		f["beneficiary"], f["account_id"] = v, v
+		if _, err := intake.DecodeEvent([]byte(mustJSON(t, f))); err != nil {
+			t.Errorf("%q: %v, want accepted", v, err)
+		}
+	}
+}
+
+// TestValidEventsHashAsBefore: refusing more characters and currencies
+// changes nothing for an event that was valid: its payload hash is the one
+// stored receipts hold (DESIGN.md section 4).
+func TestValidEventsHashAsBefore(t *testing.T) {
+	t.Parallel()
+	ev, err := intake.DecodeEvent([]byte(`{"beneficiary":"Zo\u00eb","currency":"EUR","amount_cents":12345,"account_id":"acc-1","settlement_id":"s-1","event_id":"e"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "sha256:3d99bb85300a047696f88b8bd4cfc358722fdf7f3537c22fa04217d15808ed41"
+	if got := intake.CanonicalHash(ev); got != want {
+		t.Fatalf("CanonicalHash = %s, want %s", got, want)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/settlement"
 )
 
 var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
@@ -39,6 +41,16 @@ func FuzzDecodeEvent(f *testing.F) {
 			n(ev.SettlementID) < 1 || n(ev.SettlementID) > 128 || n(ev.AccountID) < 1 || n(ev.AccountID) > 128 ||
 			n(ev.Beneficiary) < 1 || n(ev.Beneficiary) > 256 || n(ev.EventID) > 256 {
 			t.Fatalf("accepted an event out of limits: %+v", ev)
+		}
+		if _, err := settlement.PayoutCurrency(ev.Currency); err != nil {
+			t.Fatalf("accepted a currency no payout can be made in: %+v (%v)", ev, err)
+		}
+		for _, s := range []string{ev.SettlementID, ev.AccountID, ev.Beneficiary, ev.EventID} {
+			for _, r := range s {
+				if !unicode.IsGraphic(r) {
+					t.Fatalf("accepted U+%04X, not a graphic character: %+v", r, ev)
+				}
+			}
 		}
 		re := map[string]any{"settlement_id": ev.SettlementID, "account_id": ev.AccountID,
 			"amount_cents": json.Number(strconv.FormatInt(ev.AmountCents, 10)), "currency": ev.Currency, "beneficiary": ev.Beneficiary}

@@ -1,6 +1,9 @@
 package settlement
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Currency is an ISO 4217 currency: its alphabetic code and the exponent of
 // its minor unit (2 for EUR: 1.00 EUR is 100 minor units; 0 for JPY; 3 for
@@ -27,10 +30,78 @@ func LookupCurrency(code string) (Currency, error) {
 	return Currency{Code: code, Exponent: exp}, nil
 }
 
+// ErrNotPayable is matched (errors.Is) by PayoutCurrency's error for an
+// ISO 4217 code settle can read (a statement may hold it) but no payout can
+// be made in: a currency withdrawn from circulation, or a fund code (a unit
+// of account, never what a bank transfers).
+var ErrNotPayable = errors.New("not a currency payouts can be made in")
+
+// PayoutCurrency returns the currency a payout may be made in: an ISO 4217
+// currency (LookupCurrency) that is still in circulation and is not a fund
+// code. Two notions, kept apart on purpose: a currency settle can read
+// (LookupCurrency: statements and old records may hold a withdrawn one)
+// and a currency one can pay out in (this). An unknown code matches
+// ErrUnknownCurrency, a readable but unpayable one ErrNotPayable.
+func PayoutCurrency(code string) (Currency, error) {
+	c, err := LookupCurrency(code)
+	if err != nil {
+		return Currency{}, err
+	}
+	if why, ok := withdrawn[code]; ok {
+		return Currency{}, &NotPayableError{Code: code, Reason: "was withdrawn (" + why + ")"}
+	}
+	if funds[code] {
+		return Currency{}, &NotPayableError{Code: code, Reason: "is an ISO 4217 fund code, a unit of account"}
+	}
+	return c, nil
+}
+
+// NotPayableError says why a readable currency takes no payouts; it
+// matches ErrNotPayable.
+type NotPayableError struct {
+	// Code is the currency code.
+	Code string
+	// Reason says why, for example "was withdrawn (2023-01-01, Croatia
+	// adopted the euro)".
+	Reason string
+}
+
+func (e *NotPayableError) Error() string {
+	return fmt.Sprintf("%q %s: %v", e.Code, e.Reason, ErrNotPayable)
+}
+
+// Is makes a NotPayableError match ErrNotPayable.
+func (e *NotPayableError) Is(target error) bool { return target == ErrNotPayable }
+
+// withdrawn are the codes of iso4217 no longer in circulation (ISO 4217
+// list three, historic denominations), with what replaced them. They stay
+// in iso4217 so that a statement or record dated before the withdrawal is
+// still read in its own minor units.
+var withdrawn = map[string]string{
+	"ANG": "2025-03-31, replaced by XCG",
+	"BGN": "2026-01-01, Bulgaria adopted the euro",
+	"CUC": "2021-01-01, Cuba unified its currency on CUP",
+	"HRK": "2023-01-01, Croatia adopted the euro",
+	"SLL": "2022, redenominated as SLE (1,000 SLL = 1 SLE)",
+	"ZWL": "2024, replaced by ZWG",
+}
+
+// funds are the ISO 4217 fund codes (list one's "fund" entries): units of
+// account and settlement funds (Chile's UF, Bolivia's Mvdol, the WIR
+// units, Colombia's UVR, Mexico's UDI, the US next-day dollar, Uruguay's
+// indexed units), never a currency a bank pays out in. The other codes
+// without a currency behind them (XAU and the precious metals, XDR, XSU,
+// XUA, the XB? bond units, XTS, XXX) are not in iso4217 at all.
+var funds = map[string]bool{
+	"BOV": true, "CHE": true, "CHW": true, "CLF": true, "COU": true,
+	"MXV": true, "USN": true, "UYI": true, "UYW": true,
+}
+
 // iso4217 maps every active ISO 4217 alphabetic code that has a minor unit
 // to its exponent (ISO 4217 list one, as published by the maintenance
 // agency SIX). Codes withdrawn recently are kept while statements dated
-// before their withdrawal may still be read (BGN, HRK, SLL, ANG, ZWL, CUC).
+// before their withdrawal may still be read (see withdrawn: no payout is made
+// in them, see PayoutCurrency).
 var iso4217 = map[string]int{
 	"AED": 2, "AFN": 2, "ALL": 2, "AMD": 2, "ANG": 2, "AOA": 2, "ARS": 2, "AUD": 2,
 	"AWG": 2, "AZN": 2, "BAM": 2, "BBD": 2, "BDT": 2, "BGN": 2, "BHD": 3, "BIF": 0,

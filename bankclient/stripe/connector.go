@@ -39,9 +39,10 @@ const KeyWindow = 24 * time.Hour
 // out on purpose: ISK, HUF, TWD and UGX are zero-decimal for payouts but
 // not in ISO 4217, and three-decimal currencies (BHD, JOD, KWD, OMR, TND)
 // must end in 0; which of these an account may pay out also depends on its
-// country, which Stripe checks when the payout is created.
+// country, which Stripe checks when the payout is created. BGN left with
+// Bulgaria's adoption of the euro on 2026-01-01.
 var Currencies = []string{
-	"AED", "AUD", "BGN", "BRL", "CAD", "CHF", "CZK", "DKK", "EUR", "GBP",
+	"AED", "AUD", "BRL", "CAD", "CHF", "CZK", "DKK", "EUR", "GBP",
 	"HKD", "IDR", "ILS", "INR", "JPY", "KRW", "MXN", "MYR", "NOK", "NZD",
 	"PHP", "PLN", "RON", "SEK", "SGD", "THB", "USD", "ZAR",
 }
