@@ -119,10 +119,11 @@ func (p *bai2Parser) physical(s string, line int) error {
 		// its line).
 		i := bai2Terminator(s)
 		if i < 0 {
-			p.pending.content = append(p.pending.content, s...)
-			return nil
+			return p.extend(line, s)
 		}
-		p.pending.content = append(p.pending.content, s[:i]...)
+		if err := p.extend(line, s[:i]); err != nil {
+			return err
+		}
 		s = s[i+1:]
 	}
 	p.open = false
@@ -150,7 +151,9 @@ func (p *bai2Parser) physical(s string, line int) error {
 			if p.pending == nil {
 				return p.fail(line, "record 88", errorf(ErrMalformed, "an 88 continuation with no record before it"))
 			}
-			p.pending.content = append(append(p.pending.content, ','), content...)
+			if err := p.extend(line, ","+content); err != nil {
+				return err
+			}
 			continue
 		}
 		if err := p.flush(); err != nil {
@@ -160,6 +163,18 @@ func (p *bai2Parser) physical(s string, line int) error {
 		p.recBuf.content = append(p.recBuf.content[:0], content...)
 		p.pending = &p.recBuf
 	}
+}
+
+// extend adds more of the pending logical record, read on line, refusing
+// a record longer than maxRecord.
+func (p *bai2Parser) extend(line int, more string) error {
+	r := p.pending
+	if len(r.content)+len(more) > maxRecord {
+		return p.fail(r.line, "record "+r.code, errorf(ErrMalformed,
+			"a record longer than %d bytes (continued from line %d to line %d)", maxRecord, r.line, line))
+	}
+	r.content = append(r.content, more...)
+	return nil
 }
 
 // flush handles the pending logical record, now complete.

@@ -185,6 +185,11 @@ func (p *camtParser) run(h Handler, untilMessage bool) error {
 			}
 		case xml.CharData:
 			if p.capturing {
+				// A text cut into pieces (by comments, CDATA sections)
+				// is bounded as a whole.
+				if len(p.text)+len(t) > maxXMLRun {
+					return p.fail(errorf(ErrMalformed, "more than %d bytes of text in one element", maxXMLRun))
+				}
 				p.text = append(p.text, t...)
 			}
 		case xml.Directive:
@@ -705,14 +710,35 @@ func (p *camtParser) endStatement() error {
 	return nil
 }
 
-// markupGuard passes a reader through, refusing more than maxXMLRun bytes
-// without a '<': no text and no tag may be longer, so the XML decoder
-// never buffers more (a 50 MB line of text is refused, not read).
+// markupGuard passes a reader through, refusing any construct of more
+// than maxXMLRun bytes: a text, a tag with its attributes, a comment, a
+// CDATA section, a processing instruction or a declaration. The XML
+// decoder holds one whole construct in memory, so none may be longer (a
+// 50 MB text is refused, not read). A text or a tag ends at the next '<'
+// (neither may hold one); a comment, a CDATA section or a processing
+// instruction may hold '<' and ends only at its own end ("-->", "]]>",
+// "?>"), so the guard follows the markup as the decoder does.
 type markupGuard struct {
-	r    io.Reader
-	run  int
-	line int
+	r     io.Reader
+	line  int // newlines read so far
+	state guardState
+	run   int    // bytes of the current construct so far
+	start int    // the line the current construct started on (0-based)
+	open  []byte // the bytes after '<' while telling what it opens
+	tail  [2]byte
+	depth int // '<' nesting inside a declaration
 }
+
+type guardState int
+
+const (
+	inText    guardState = iota // a text, or a tag: up to the next '<'
+	inOpen                      // just after '<': what does it open?
+	inComment                   // <!-- … -->
+	inCDATA                     // <![CDATA[ … ]]>
+	inPI                        // <? … ?>
+	inDecl                      // <!DOCTYPE …> and other declarations
+)
 
 type guardError struct {
 	line int
@@ -723,17 +749,98 @@ func (e *guardError) Error() string { return e.msg }
 
 func (g *markupGuard) Read(b []byte) (int, error) {
 	n, err := g.r.Read(b)
-	chunk := b[:n]
-	g.line += bytes.Count(chunk, []byte{'\n'})
-	if i := bytes.LastIndexByte(chunk, '<'); i >= 0 {
-		g.run = n - 1 - i
-	} else {
-		g.run += n
-	}
-	if g.run > maxXMLRun {
-		return 0, &guardError{line: g.line + 1, msg: fmt.Sprintf("more than %d bytes of text or of one tag (no '<')", maxXMLRun)}
+	if gerr := g.scan(b[:n]); gerr != nil {
+		return 0, gerr
 	}
 	return n, err
+}
+
+// scan follows the markup over chunk.
+func (g *markupGuard) scan(chunk []byte) error {
+	for i := 0; i < len(chunk); i++ {
+		c := chunk[i]
+		if g.state == inText {
+			// Fast path: a text or a tag runs to the next '<'.
+			j := bytes.IndexByte(chunk[i:], '<')
+			end := len(chunk)
+			if j >= 0 {
+				end = i + j
+			}
+			g.line += bytes.Count(chunk[i:end], []byte{'\n'})
+			g.run += end - i
+			if g.run > maxXMLRun {
+				return g.tooLong()
+			}
+			if j < 0 {
+				return nil
+			}
+			i = end
+			g.state, g.run, g.start, g.open = inOpen, 1, g.line, g.open[:0]
+			continue
+		}
+		if c == '\n' {
+			g.line++
+		}
+		g.run++
+		switch g.state {
+		case inOpen:
+			g.open = append(g.open, c)
+			switch {
+			case g.open[0] == '?':
+				g.state = inPI
+			case g.open[0] != '!':
+				g.state = inText // a tag
+				if c == '<' {
+					g.state, g.run, g.start, g.open = inOpen, 1, g.line, g.open[:0]
+				}
+			case string(g.open) == "!--":
+				g.state = inComment
+			case string(g.open) == "![CDATA[":
+				g.state = inCDATA
+			case !bytes.HasPrefix([]byte("!--"), g.open) && !bytes.HasPrefix([]byte("![CDATA["), g.open):
+				g.state, g.depth = inDecl, 1
+				if c == '<' {
+					g.depth++
+				} else if c == '>' {
+					g.depth--
+				}
+			}
+			g.tail = [2]byte{g.tail[1], c}
+		case inComment, inCDATA, inPI:
+			ends := c == '>' && ((g.state == inComment && g.tail == [2]byte{'-', '-'} && g.run >= len("<!---->")) ||
+				(g.state == inCDATA && g.tail == [2]byte{']', ']'} && g.run >= len("<![CDATA[]]>")) ||
+				(g.state == inPI && g.tail[1] == '?' && g.run >= len("<??>")))
+			g.tail = [2]byte{g.tail[1], c}
+			if ends {
+				g.state, g.run = inText, 0
+				continue
+			}
+		case inDecl:
+			switch c {
+			case '<':
+				g.depth++
+			case '>':
+				g.depth--
+			}
+		}
+		if g.state == inDecl && g.depth == 0 {
+			g.state, g.run = inText, 0
+			continue
+		}
+		if g.run > maxXMLRun {
+			return g.tooLong()
+		}
+	}
+	return nil
+}
+
+func (g *markupGuard) tooLong() error {
+	what := map[guardState]string{inComment: "one comment", inCDATA: "one CDATA section", inPI: "one processing instruction",
+		inDecl: "one declaration"}[g.state]
+	if what == "" {
+		what = "text or of one tag (no '<')"
+	}
+	return &guardError{line: g.start + 1, msg: fmt.Sprintf("more than %d bytes of %s, from line %d on", maxXMLRun, what, g.start+1)}
 }
 
 // charsetReader lets the XML decoder read the single-byte encodings banks

@@ -158,3 +158,87 @@ func TestRefused(t *testing.T) {
 		})
 	}
 }
+
+// cycleReader yields prefix, then unit repeated until n bytes of it were
+// given, then suffix, without holding them.
+type cycleReader struct {
+	prefix, unit, suffix []byte
+	n, off               int64
+}
+
+func (r *cycleReader) Read(b []byte) (int, error) {
+	switch {
+	case len(r.prefix) > 0:
+		n := copy(b, r.prefix)
+		r.prefix = r.prefix[n:]
+		return n, nil
+	case r.n > 0:
+		k := 0
+		for k < len(b) && r.n > 0 {
+			b[k] = r.unit[r.off%int64(len(r.unit))]
+			r.off++
+			r.n--
+			k++
+		}
+		return k, nil
+	case len(r.suffix) > 0:
+		n := copy(b, r.suffix)
+		r.suffix = r.suffix[n:]
+		return n, nil
+	}
+	return 0, io.EOF
+}
+
+func fiftyMBOf(prefix, unit, suffix string) io.Reader {
+	return &cycleReader{prefix: []byte(prefix), unit: []byte(unit), suffix: []byte(suffix), n: 50 << 20}
+}
+
+// TestEveryTokenIsBounded: markup that holds '<' (CDATA, comments,
+// processing instructions), a text cut into pieces by comments, an MT940
+// field continued over endless short lines and a BAI2 record continued by
+// endless 88 records are each refused with an error naming the file and
+// the line, before the parser holds them.
+func TestEveryTokenIsBounded(t *testing.T) {
+	t.Parallel()
+	camtIn := func(inner string) (string, string) {
+		doc := camtDoc(ntry("1.00", "EUR", "<NtryRef>"+inner+"</NtryRef>"))
+		i := strings.Index(doc, inner)
+		return doc[:i], doc[i+len(inner):]
+	}
+	cdataHead, cdataTail := camtIn("<![CDATA[ ]]>")
+	commentHead, commentTail := camtIn("<!-- -->")
+	piHead, piTail := camtIn("<?pi ?>")
+	textHead, textTail := camtIn("QQQQ")
+	for _, tc := range []struct {
+		name string
+		r    io.Reader
+		says []string
+	}{
+		{"camt CDATA holding <", fiftyMBOf(cdataHead+"<![CDATA[", "a<b<", "]]>"+cdataTail), []string{"line "}},
+		{"camt comment holding <", fiftyMBOf(commentHead+"<!--", "a<b<", "-->"+commentTail), []string{"line "}},
+		{"camt processing instruction holding <", fiftyMBOf(piHead+"<?pi ", "a<b<", "?>"+piTail), []string{"line "}},
+		{"camt text cut by comments", fiftyMBOf(textHead, "AAAAAAAA<!---->", textTail), []string{"line ", "NtryRef"}},
+		{"camt text cut by CDATA", fiftyMBOf(textHead, "<![CDATA[AAAAAAAA]]>", textTail), []string{"line ", "NtryRef"}},
+		{"mt940 endless continuation", fiftyMBOf(mt940Head+":61:240101C1,00NTRFNONREF\n:86:", "/NAME/continued text\n", "\n:62F:C240101EUR101,00\n"), []string{"line ", ":86:"}},
+		{"bai2 endless 88 records", fiftyMBOf(bai2Head+"16,195,100,,B,C,text/\n", "88,more text/\n", "\n49,100,3/\n98,100,1,5/\n99,100,1,7/\n"), []string{"line ", "16"}},
+		{"bai2 endless unterminated lines", fiftyMBOf(bai2Head+"16,195,100,,B,C,text", "\n more text", "/\n49,100,3/\n98,100,1,5/\n99,100,1,7/\n"), []string{"line ", "16"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			file := "bounded-" + strings.ReplaceAll(tc.name, " ", "-")
+			got, err := Parse(file, tc.r)
+			if err == nil {
+				t.Fatalf("Parse accepted it: %d statements", len(got.Statements))
+			}
+			var e *Error
+			if !errors.Is(err, ErrMalformed) || !errors.As(err, &e) || e.File != file {
+				t.Fatalf("error %q is not an *Error naming %s that matches ErrMalformed", err, file)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+		})
+	}
+}

@@ -13,6 +13,13 @@ import (
 // written as one line still fits.
 const maxLine = 1 << 20
 
+// maxRecord bounds a logical record of the line formats: an MT940 field
+// with its continuation lines, a BAI2 record with its continuations (88
+// records, or lines it runs on over). A SWIFT :86: is at most 6 lines of
+// 65 characters and a BAI2 record a few hundred bytes; endless
+// continuations are refused, not gathered.
+const maxRecord = 256 << 10
+
 // lineReader yields the physical lines of a text file with their 1-based
 // numbers. Lines end at \n, \r\n or a lone \r; the end is not part of the
 // line.

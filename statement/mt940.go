@@ -42,6 +42,7 @@ type mt940Parser struct {
 	// The field being read: its tag, its lines, its first line's number.
 	tag     string
 	val     []string
+	valLen  int
 	tagLine int
 
 	messages int
@@ -134,6 +135,10 @@ func (p *mt940Parser) run() error {
 		tag, value, ok := mt940Tag(s)
 		if !ok {
 			if p.tag != "" {
+				if p.valLen += len(s); p.valLen > maxRecord {
+					return p.fail(p.tagLine, "field :"+p.tag+":", errorf(ErrMalformed,
+						"a field longer than %d bytes (continued from line %d to line %d)", maxRecord, p.tagLine, line))
+				}
 				p.val = append(p.val, s)
 			}
 			continue
@@ -149,7 +154,7 @@ func (p *mt940Parser) run() error {
 		} else if !p.inMsg {
 			return p.fail(line, "field :"+tag+":", errorf(ErrMalformed, "a field outside a message (no :20: before it)"))
 		}
-		p.tag, p.val, p.tagLine = tag, append(p.val[:0], value), line
+		p.tag, p.val, p.valLen, p.tagLine = tag, append(p.val[:0], value), len(value), line
 	}
 	if err := p.endMessage(); err != nil {
 		return err
