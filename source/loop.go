@@ -181,7 +181,7 @@ func (l *Loop) checkRetention(ctx context.Context) {
 		if ret > 0 {
 			shown = ret.String()
 		}
-		l.log.Warn("the source keeps messages longer than --replay-horizon: a message could outlive its receipt (an old redelivery carrying occurred_at is rejected as too old; one without it would be taken as new)",
+		l.log.Warn("the source keeps messages longer than --replay-horizon: a message could outlive its receipt (redelivered after that, it is rejected as too old when it carries occurred_at)",
 			"retention", shown, "replay_horizon", l.cfg.ReplayHorizon)
 	default:
 		l.log.Info("the source's retention is within --replay-horizon: no message outlives its receipt",

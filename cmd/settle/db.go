@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/internal/database"
+	"github.com/settle/settle/internal/natsembed"
 	"github.com/settle/settle/internal/pgembed"
 	"github.com/settle/settle/migrations"
 )
@@ -159,14 +160,18 @@ func cmdDB(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("db", "status|stop|url|prune [--dry-run] [--unknown]", `
 Manages the embedded default PostgreSQL cluster under $SETTLE_HOME
 (default ~/.local/share/settle), which settle starts on first use when
-DATABASE_URL is unset and which every settle process of this user shares.
+DATABASE_URL is unset and which every settle process of this user shares,
+and the embedded JetStream server beside it ($SETTLE_HOME/nats, started on
+first use by --source nats when NATS_URL is unset).
 As root, when the postgres user cannot reach $SETTLE_HOME, the cluster lives
 in `+pgembed.ClusterRoot+`/cluster-<hash> and $SETTLE_HOME/pg.path says where.
 
-  status   whether it runs, where, on which port, and its connection URL;
+  status   whether it runs, where, on which port, and its connection URL
+           (and the embedded NATS server's, when there is one);
            then the other clusters of this user, with their home and
            whether it still exists (exit 1 when this home's is stopped)
-  stop     stops it (fast shutdown: committed work is kept)
+  stop     stops it (fast shutdown: committed work is kept), and the
+           embedded NATS server (every message it stored is on disk)
   url      prints its connection URL, starting it if needed (for psql)
   prune    stops and removes the clusters whose $SETTLE_HOME is gone (or
            points at another cluster), and stops servers left running on a
@@ -208,12 +213,19 @@ in `+pgembed.ClusterRoot+`/cluster-<hash> and $SETTLE_HOME/pg.path says where.
 			fmt.Fprintf(s.Err, "settle db: %v\n", err)
 			return exitError
 		}
+		stopCtx, cancel := context.WithTimeout(ctx, clusterStopTimeout)
+		defer cancel()
+		if ns, ok := natsembed.Find(home); ok {
+			if err := ns.Stop(stopCtx); err != nil {
+				fmt.Fprintf(s.Err, "settle db: %v\n", err)
+				return exitError
+			}
+			fmt.Fprintln(s.Out, "settle db: stopped the embedded NATS server")
+		}
 		if !running {
 			fmt.Fprintln(s.Out, "settle db: not running")
 			return exitOK
 		}
-		stopCtx, cancel := context.WithTimeout(ctx, clusterStopTimeout)
-		defer cancel()
 		if err := c.Stop(stopCtx); err != nil {
 			fmt.Fprintf(s.Err, "settle db: %v\n", err)
 			return exitError
@@ -257,6 +269,11 @@ func dbStatus(s Stdio, home string) int {
 	} else {
 		fmt.Fprintln(s.Out, "status:   stopped (starts on the next settle command)")
 		code = exitFindings
+	}
+	if ns, ok := natsembed.Find(home); ok {
+		fmt.Fprintf(s.Out, "nats:     running (pid %d, port %d) %s, store %s\n", ns.PID, ns.Port, ns.URL(), ns.StoreDir())
+	} else if _, err := os.Stat(ns.Dir); err == nil {
+		fmt.Fprintln(s.Out, "nats:     stopped (starts on the next settle command with --source nats and no NATS_URL)")
 	}
 	others, err := otherClusters(c.Dir)
 	if err != nil {

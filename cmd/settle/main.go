@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/settle/settle/internal/natsembed"
 )
 
 // Stdio is where a subcommand reads and writes; tests pass buffers.
@@ -63,6 +65,9 @@ func run(ctx context.Context, args []string, s Stdio) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(s.Out)
 		return exitOK
+	}
+	if args[0] == natsembed.Subcommand { // hidden: the embedded JetStream server
+		return cmdNATSServer(ctx, args[1:], s)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {

@@ -36,13 +36,15 @@ Forms (each takes --json and --help):
                                            (by receipt, the console's order)
   settle reconcile show ID                 the whole story of one settlement in time order
   settle reconcile conflicts               recorded receipt conflicts and what differed
+  settle reconcile rejects                 messages of event sources that could never be
+                                           accepted (kept with their bytes in intake_rejects)
   settle reconcile resolve ID|--all        ask the bank now and apply the answer (the
                                            reconcile job's own code)
   settle reconcile bank [--bank-url U]     the ledger against the bank's statement
   settle reconcile bank --statements       the ledger against the imported bank statements
 
 Exit status:
-  0  clean (list, show, conflicts: the answer was printed)
+  0  clean (list, show, conflicts, rejects: the answer was printed)
   1  findings: settlements needing investigation (summary, resolve), discrepancies
      with the bank (bank), no such settlement (show, resolve)
   2  could not run: database or bank unreachable, bad arguments`
@@ -74,12 +76,14 @@ func (c *reconcileCmd) run(ctx context.Context, args []string) int {
 		return c.show(ctx, args)
 	case "conflicts":
 		return c.conflicts(ctx, args)
+	case "rejects":
+		return c.rejects(ctx, args)
 	case "resolve":
 		return c.resolve(ctx, args)
 	case "bank":
 		return c.bank(ctx, args)
 	}
-	fmt.Fprintf(c.s.Err, "settle reconcile: unknown form %q (want list, show, conflicts, resolve or bank; see settle reconcile --help)\n", form)
+	fmt.Fprintf(c.s.Err, "settle reconcile: unknown form %q (want list, show, conflicts, rejects, resolve or bank; see settle reconcile --help)\n", form)
 	return exitError
 }
 
@@ -179,7 +183,7 @@ func timeOrDash(t *time.Time) string {
 // ---- summary ----
 
 func (c *reconcileCmd) summary(ctx context.Context, args []string) int {
-	fs := newFlagSet("reconcile", "[list|show|conflicts|resolve|bank] [flags]", reconcileDescription, c.s)
+	fs := newFlagSet("reconcile", "[list|show|conflicts|rejects|resolve|bank] [flags]", reconcileDescription, c.s)
 	asJSON := fs.Bool("json", false, `print {"by_state":{...},"receipts","replays","conflicts","movements","oldest_uncertain_age_seconds",...}`)
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -458,6 +462,60 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 	if err != nil {
 		out.Flush()
 		return c.fail(" conflicts", err)
+	}
+	return exitOK
+}
+
+// ---- rejects ----
+
+func (c *reconcileCmd) rejects(ctx context.Context, args []string) int {
+	fs := newFlagSet("reconcile rejects", "[flags]", `
+Lists the messages of event sources (settle worker --source) that could never
+be accepted, oldest first: not JSON, a bad field, an unknown currency, older
+than the replay horizon, over 64 KiB, or poison (failed --source-max-failures
+times for an unexpected reason). Each was kept in intake_rejects with its
+whole body (raw) and then acknowledged; transport_id is the broker's own id of
+the message (the JetStream stream sequence).
+Exit 0 when it ran, whether or not there are rejects.`, c.s)
+	asJSON := fs.Bool("json", false, `print {"rejects":[{"id","source","transport_id","received_at","reason","size"}],"count"}`)
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(c.s.Err, "settle reconcile rejects: unexpected arguments %q\n", fs.Args())
+		return exitError
+	}
+	pool := c.open(ctx, " rejects")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	out := bufio.NewWriter(c.s.Out)
+	defer out.Flush()
+	var n int
+	var err error
+	if *asJSON {
+		jl := reconcile.NewJSONList(out, "rejects")
+		_, err = c.inspector(pool).Rejects(ctx, func(r reconcile.Reject) error { return jl.Add(r) })
+		if err == nil {
+			err = jl.Close()
+		}
+	} else {
+		tb := newBlockTable(out, "RECEIVED\tSOURCE\tTRANSPORT ID\tSIZE\tREASON")
+		n, err = c.inspector(pool).Rejects(ctx, func(r reconcile.Reject) error {
+			return tb.row("%s\t%s\t%s\t%d\t%s\n", r.ReceivedAt.UTC().Format(time.RFC3339), r.Source, r.TransportID, r.Size, r.Reason)
+		})
+		_ = tb.flush()
+		if err == nil {
+			fmt.Fprintf(out, "%d reject(s)\n", n)
+		}
+	}
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
+		out.Flush()
+		return c.fail(" rejects", err)
 	}
 	return exitOK
 }

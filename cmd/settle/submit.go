@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,6 +35,17 @@ Exit status: 0 every line was created or replayed; 1 some lines were invalid,
 conflicted or got no definitive answer; 2 it could not run (bad flags,
 unreadable input, token refused, API unreachable).
 
+With --source nats the events are published to NATS JetStream instead (the
+stream of DESIGN.md section 18, created if absent; NATS_URL, or the embedded
+server under $SETTLE_HOME/nats), one message per line, each acknowledged by
+the stream before it counts as published; a worker started with --source
+nats consumes them. Each message gets a fresh message id unless --msg-id
+event, which sets it to the event's settlement_id: JetStream then drops a
+second publish of that settlement_id within its duplicate window (2 minutes
+by default) whatever its payload, so a conflicting payload never reaches
+settle to be recorded. Lines are not validated here: invalid ones are kept by
+the worker in intake_rejects (settle reconcile rejects).
+
 --api-token can also be set through SETTLE_API_TOKEN.`
 
 // cmdSubmit runs `settle submit`.
@@ -45,8 +57,15 @@ func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	batch := fs.Int("batch", 0, "post up to this many events per request to /v1/settlements/batch (at most 1000; 0: one event per request); every line still gets its own outcome")
 	retryFor := fs.Duration("retry-for", 2*time.Minute, "how long to keep retrying one event that gets no definitive answer")
 	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout")
+	spec := fs.String("source", "", "publish to this event source instead of the API: nats")
+	msgID := fs.String("msg-id", "fresh", "the broker message id of each publish: fresh (a new one each), or event (the event's settlement_id)")
+	var names natsNames
+	names.register(fs, false)
 	if code, done := parseFlags(fs, args); done {
 		return code
+	}
+	if *spec != "" {
+		return submitToSource(ctx, s, fs, publishOptions{spec: *spec, names: names, msgID: *msgID, concurrency: *concurrency, retryFor: *retryFor}, *asJSON)
 	}
 	if fs.NArg() > 1 || *concurrency < 1 || *batch < 0 || *batch > submit.MaxBatch {
 		fs.Usage()
@@ -132,4 +151,45 @@ func printProblems(w io.Writer, sum submit.Summary) {
 	if sum.ProblemsOmitted > 0 {
 		fmt.Fprintf(w, "… and %d more problem lines (counted above, not listed)\n", sum.ProblemsOmitted)
 	}
+}
+
+// submitToSource runs `settle submit --source SPEC`.
+func submitToSource(ctx context.Context, s Stdio, fs *flag.FlagSet, o publishOptions, asJSON bool) int {
+	if err := checkSpec(o.spec); err != nil || fs.NArg() > 1 || o.concurrency < 1 || (o.msgID != "fresh" && o.msgID != "event") {
+		if err != nil {
+			fmt.Fprintf(s.Err, "settle submit: %v\n", err)
+		}
+		fs.Usage()
+		return exitError
+	}
+	in, name, total, err := openInput(fs.Arg(0), s.In)
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle submit: %v\n", err)
+		return exitError
+	}
+	defer in.Close()
+	if bar := cli.NewBar(s.Err, int64(total), "publishing "+name); bar != nil {
+		o.onLine = func() { bar.Add(1) }
+		defer bar.Finish()
+	}
+	sum, err := publishLines(ctx, s, in, o)
+	if asJSON {
+		enc := json.NewEncoder(s.Out)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(sum)
+	} else {
+		fmt.Fprintf(s.Out, "settle submit: %d lines: %d published to %s, %d dropped by JetStream as duplicates, %d invalid, %d errors (%.1fs)\n",
+			sum.Lines, sum.Published, o.spec, sum.Duplicates, sum.Invalid, sum.Errors, sum.Seconds)
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(s.Err, "settle submit: %v\n", err)
+		return exitError
+	case ctx.Err() != nil:
+		fmt.Fprintln(s.Err, "settle submit: interrupted; lines not counted were not published")
+		return exitFindings
+	case sum.Published != sum.Lines:
+		return exitFindings
+	}
+	return exitOK
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
+	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/worker"
 	"github.com/settle/settle/migrations"
@@ -37,10 +38,19 @@ later) and exits 0.
                               one result per event, in order
   GET  /v1/settlements/{id}   the settlement, its history and its movement
 
+With --source nats (repeatable; SETTLE_SOURCE) the worker also consumes
+payout events from NATS JetStream (DESIGN.md section 18): NATS_URL when set,
+otherwise the embedded JetStream server under $SETTLE_HOME/nats, started on
+first use and shared like the embedded database. Each message holds one event
+(the JSON of POST /v1/settlements); a fetched batch is recorded in one
+transaction and acknowledged only after it commits. Events that can never be
+accepted are kept in intake_rejects (settle reconcile rejects) and then
+acknowledged; while the database is down nothing is acknowledged or rejected.
+
 Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_API_TOKEN).`
 
 func cmdWorker(ctx context.Context, args []string, s Stdio) int {
-	fs := newFlagSet("worker", "[flags]", workerDescription, s)
+	fs := newFlagSet("worker", "[flags]", workerDescription+crashPointsHelp(), s)
 	c := worker.DefaultConfig()
 	var logFormat, logLevel, cpuProfile string
 	dbMaxConns := worker.DefaultDBMaxConns
@@ -72,6 +82,12 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.MaxCheckInterval, "max-check-interval", c.MaxCheckInterval, "longest delay between status checks")
 	fs.DurationVar(&c.FetchPollInterval, "fetch-poll-interval", c.FetchPollInterval, "how often an idle worker polls for jobs (it is also woken on insert)")
 	fs.DurationVar(&c.FetchCooldown, "fetch-cooldown", c.FetchCooldown, "least time between two fetches of one queue while jobs flow (a queue works at most --bank-concurrency jobs per cooldown; at most --fetch-poll-interval)")
+	var sources specList
+	var names natsNames
+	fs.Var(&sources, "source", "consume events from this source too (repeatable): nats")
+	names.register(fs, true)
+	fs.IntVar(&c.SourceMaxFailures, "source-max-failures", c.SourceMaxFailures, "unexpected failures after which a message is rejected as poison (kept in intake_rejects)")
+	fs.IntVar(&c.SourceBatch, "source-batch", c.SourceBatch, "messages one fetch of a source asks for (one transaction each)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -117,8 +133,19 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		return fail(err)
 	}
 	c.Pool = pool
+	if len(sources) > 0 {
+		srcs, natsDone, err := openSources(ctx, s, sources, names, "settle-worker")
+		if err != nil {
+			return fail(err)
+		}
+		defer natsDone()
+		c.Sources = srcs
+	}
 	w, err := worker.New(c)
 	if err != nil {
+		for _, src := range c.Sources {
+			_ = src.Close()
+		}
 		return fail(err)
 	}
 	defer w.Close()
@@ -145,4 +172,21 @@ func startCPUProfile(path string) (func(), error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// crashPointsHelp lists every crash point (DESIGN.md section 5) for
+// `settle worker --help`.
+func crashPointsHelp() string {
+	var b strings.Builder
+	b.WriteString("\n\nCrash points (fault tests): with SETTLE_CRASH_AT=<point> the process kills itself\n")
+	b.WriteString("with SIGKILL the first time it reaches <point> (SETTLE_CRASH_AFTER=N: the Nth time).\n")
+	line := func(what string, points []string) {
+		fmt.Fprintf(&b, "  %-22s %s\n", what, strings.Join(points, ", "))
+	}
+	line("every worker:", crash.Points)
+	line("consents (obie):", crash.ConsentPoints)
+	line("returns:", []string{crash.ReturnBeforeCommit, crash.ReturnAfterCommit})
+	line("sources (--source):", crash.SourcePoints)
+	line("statement import:", []string{crash.StatementBeforeCommit, crash.StatementAfterCommit})
+	return strings.TrimRight(b.String(), "\n")
 }

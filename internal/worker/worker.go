@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,7 @@ import (
 	"github.com/settle/settle/internal/webhook"
 	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/source"
 )
 
 // DefaultListen is the default address of the worker's HTTP API.
@@ -97,6 +99,16 @@ type Config struct {
 	FetchPollInterval time.Duration
 	FetchCooldown     time.Duration
 
+	// Sources are the event sources the worker consumes (--source),
+	// opened by the caller; Run closes them when it ends. Each runs one
+	// source.Loop beside the API (DESIGN.md section 18).
+	Sources []source.Source
+	// SourceMaxFailures is --source-max-failures: how many unexpected
+	// failures make a message poison.
+	SourceMaxFailures int
+	// SourceBatch is how many messages one fetch of a source asks for.
+	SourceBatch int
+
 	// Logger receives the worker's structured logs (default: discarded).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -126,6 +138,8 @@ func DefaultConfig() Config {
 		MaxCheckInterval:  reconcile.DefaultMaxCheckInterval,
 		FetchPollInterval: jobs.DefaultFetchPollInterval,
 		FetchCooldown:     jobs.DefaultFetchCooldown,
+		SourceMaxFailures: source.DefaultMaxFailures,
+		SourceBatch:       source.DefaultBatchSize,
 	}
 }
 
@@ -162,6 +176,10 @@ func (c Config) Validate() error {
 		return errors.New("--bank-concurrency must be positive")
 	case c.RescueAfter < 0 || c.Lease < 0:
 		return errors.New("--rescue-after and --lease must not be negative")
+	case c.SourceMaxFailures < 1:
+		return errors.New("--source-max-failures must be at least 1")
+	case c.SourceBatch < 1 || c.SourceBatch > intake.MaxBatch:
+		return fmt.Errorf("--source-batch must be between 1 and %d", intake.MaxBatch)
 	}
 	return nil
 }
@@ -181,6 +199,8 @@ type Worker struct {
 	ln       net.Listener
 	// stopUI ends the River UI's background services.
 	stopUI context.CancelFunc
+	// loops consume the event sources (Config.Sources).
+	loops []*source.Loop
 }
 
 // New builds the worker from cfg and starts listening on cfg.Listen (so
@@ -212,9 +232,39 @@ func New(cfg Config) (*Worker, error) {
 	}
 	var uiCtx context.Context
 	uiCtx, w.stopUI = context.WithCancel(context.Background())
-	if w.handler, err = w.apiHandler(uiCtx, m, reg); err != nil {
+	svc, err := intake.NewService(intake.Config{
+		DB:            cfg.Pool,
+		Jobs:          jobs.Inserter{Client: w.river},
+		Metrics:       m,
+		Now:           cfg.Now,
+		ReplayHorizon: cfg.ReplayHorizon,
+		PendingGrace:  cfg.PendingGrace,
+		Bank:          w.conn,
+	})
+	if err != nil {
 		w.stopUI()
 		return nil, err
+	}
+	if w.handler, err = w.apiHandler(uiCtx, svc, m, reg); err != nil {
+		w.stopUI()
+		return nil, err
+	}
+	for _, src := range cfg.Sources {
+		l, err := source.NewLoop(source.Config{
+			Source:        src,
+			Intake:        svc,
+			Metrics:       m,
+			Logger:        cfg.Logger,
+			BatchSize:     cfg.SourceBatch,
+			MaxFailures:   cfg.SourceMaxFailures,
+			ReplayHorizon: cfg.ReplayHorizon,
+			Now:           cfg.Now,
+		})
+		if err != nil {
+			w.stopUI()
+			return nil, err
+		}
+		w.loops = append(w.loops, l)
 	}
 	w.srv = newHTTPServer(w.handler, cfg.Logger)
 	if w.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -252,6 +302,14 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 	if ready != nil {
 		ready(w.Addr())
 	}
+	// The sources stop first: a batch in work is finished (recorded and
+	// acknowledged) while the database and River are still there.
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	var loops sync.WaitGroup
+	for _, l := range w.loops {
+		loops.Go(func() { _ = l.Run(loopCtx) })
+	}
 
 	var errs []error
 	select {
@@ -260,6 +318,13 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 		errs = append(errs, fmt.Errorf("HTTP server stopped: %w", err))
 	}
 	w.logger.Info("worker stopping")
+	stopLoops()
+	loops.Wait()
+	for _, src := range w.cfg.Sources {
+		if err := src.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("error closing source %s: %w", src.Kind(), err))
+		}
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := w.srv.Shutdown(shutdownCtx); err != nil {
@@ -376,20 +441,8 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 // /readyz), /metrics, the River UI and the console. Routes other than
 // /healthz and /readyz require the API token when one is set (the console
 // checks it itself, to answer a browser with a page).
-func (w *Worker) apiHandler(ctx context.Context, m *metrics.Metrics, reg *prometheus.Registry) (http.Handler, error) {
+func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics.Metrics, reg *prometheus.Registry) (http.Handler, error) {
 	c := w.cfg
-	svc, err := intake.NewService(intake.Config{
-		DB:            c.Pool,
-		Jobs:          jobs.Inserter{Client: w.river},
-		Metrics:       m,
-		Now:           c.Now,
-		ReplayHorizon: c.ReplayHorizon,
-		PendingGrace:  c.PendingGrace,
-		Bank:          w.conn,
-	})
-	if err != nil {
-		return nil, err
-	}
 	ui, err := riverUI(ctx, w.river, c.Logger)
 	if err != nil {
 		return nil, err
