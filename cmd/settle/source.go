@@ -54,6 +54,7 @@ func checkSpec(spec string) error {
 // natsNames are the stream, subject and consumer flags.
 type natsNames struct {
 	stream, subject, consumer string
+	lease                     time.Duration
 }
 
 func (n *natsNames) register(fs *flag.FlagSet, consumer bool) {
@@ -61,6 +62,7 @@ func (n *natsNames) register(fs *flag.FlagSet, consumer bool) {
 	fs.StringVar(&n.subject, "source-subject", natssrc.DefaultSubject, "the subject of that stream")
 	if consumer {
 		fs.StringVar(&n.consumer, "source-consumer", natssrc.DefaultConsumer, "the durable pull consumer of --source nats, shared by every worker")
+		fs.DurationVar(&n.lease, "source-lease", natssrc.DefaultAckWait, "how long a delivered message stays leased to a worker without news (JetStream AckWait); a batch in work is kept alive every third of it")
 	}
 }
 
@@ -133,7 +135,7 @@ func openSources(ctx context.Context, s Stdio, specs []string, names natsNames, 
 			return nil, nil, err
 		}
 		dones = append(dones, d)
-		src, err := natssrc.Open(ctx, natssrc.Config{URL: url, Stream: names.stream, Subject: names.subject, Consumer: names.consumer, Name: name})
+		src, err := natssrc.Open(ctx, natssrc.Config{URL: url, Stream: names.stream, Subject: names.subject, Consumer: names.consumer, AckWait: names.lease, Name: name})
 		if err != nil {
 			for _, o := range out {
 				_ = o.Close()
@@ -172,7 +174,6 @@ the nats source and NATS_URL is unset; `+"`settle db stop`"+` stops it.`, s)
 	}
 	return exitOK
 }
-
 
 // publishSummary is what `settle submit --source` did.
 type publishSummary struct {
@@ -249,7 +250,10 @@ func publishLines(ctx context.Context, s Stdio, in io.Reader, o publishOptions) 
 	readErr := submit.ReadLines(in, func(n int, data []byte, tooLong bool) bool {
 		sum.Lines++
 		if tooLong {
-			count(func() { sum.Invalid++; fmt.Fprintf(s.Err, "line %d: invalid: over %d bytes, not published\n", n, submit.MaxLineBytes) })
+			count(func() {
+				sum.Invalid++
+				fmt.Fprintf(s.Err, "line %d: invalid: over %d bytes, not published\n", n, submit.MaxLineBytes)
+			})
 			return true
 		}
 		select {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"time"
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
@@ -99,6 +100,9 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	if fs.NArg() > 0 {
 		return fail(fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
+	if names.lease < time.Second {
+		return fail(errors.New("--source-lease must be at least 1s"))
+	}
 	if dbMaxConns <= 0 {
 		return fail(errors.New("--db-max-conns must be positive"))
 	}
@@ -140,6 +144,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		}
 		defer natsDone()
 		c.Sources = srcs
+		c.SourceLeaseEvery = names.lease / 3
 	}
 	w, err := worker.New(c)
 	if err != nil {

@@ -108,6 +108,9 @@ type Config struct {
 	SourceMaxFailures int
 	// SourceBatch is how many messages one fetch of a source asks for.
 	SourceBatch int
+	// SourceLeaseEvery is how often the leases of a source batch in work
+	// are extended (a third of --source-lease; 0: source.DefaultLeaseEvery).
+	SourceLeaseEvery time.Duration
 
 	// Logger receives the worker's structured logs (default: discarded).
 	Logger *slog.Logger
@@ -257,6 +260,7 @@ func New(cfg Config) (*Worker, error) {
 			Logger:        cfg.Logger,
 			BatchSize:     cfg.SourceBatch,
 			MaxFailures:   cfg.SourceMaxFailures,
+			LeaseEvery:    cfg.SourceLeaseEvery,
 			ReplayHorizon: cfg.ReplayHorizon,
 			Now:           cfg.Now,
 		})
