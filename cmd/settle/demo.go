@@ -37,6 +37,15 @@ Fault profiles: none; flaky (20% of payment answers lost after execution, 5%
 latency); hostile (30% lost, 15% 5xx, 25% status 5xx, 5% rejected, 8% failed,
 0-80 ms latency).
 
+With --source nats the events go through NATS JetStream instead of the HTTP
+API (NATS_URL, or the embedded JetStream server under $SETTLE_HOME/nats,
+started for the demo and stopped after it unless it was running before or
+--keep): the demo publishes them to its own stream, lets a consumer take a
+few and go silent until their lease runs out, runs a worker that is killed
+after committing its first batch and before acknowledging it, and lets a
+second worker consume everything; the report says what JetStream redelivered
+and that each redelivery was a replay.
+
 With --keep, the bank and the worker stay up after the report, for exploring
 with settle reconcile, the River UI and /metrics (the URLs are printed), until
 Ctrl-C.
@@ -53,6 +62,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for every settlement to become terminal")
 	keep := fs.Bool("keep", false, "leave the bank and the worker running after the report, until Ctrl-C")
 	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+strings.Join(bankclient.Names(), ", "))
+	src := fs.String("source", "", "send the events through this event source instead of the HTTP API: nats")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -66,6 +76,10 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	}
 	if _, ok := demo.Profiles[*faults]; !ok || *events < 2 {
 		fmt.Fprintln(s.Err, "settle demo: --faults must be none, flaky or hostile, and --events at least 2")
+		return exitError
+	}
+	if *src != "" && *src != "nats" {
+		fmt.Fprintf(s.Err, "settle demo: unknown --source %q (want nats)\n", *src)
 		return exitError
 	}
 	exe, err := os.Executable()
@@ -84,9 +98,20 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		return exitError
 	}
 	defer done()
+	var natsURL string
+	if *src == "nats" {
+		url, natsDone, err := resolveNATS(ctx, s, use)
+		if err != nil {
+			fmt.Fprintf(s.Err, "settle demo: %v\n", err)
+			return exitError
+		}
+		defer natsDone()
+		natsURL = url
+	}
 	rep, err := demo.Run(ctx, demo.Options{
 		Events: *events, Faults: *faults, Bank: *bank, Seed: *seed, Timeout: *timeout, Keep: *keep,
 		Executable: exe, Out: s.Out, Err: s.Err, Progress: cli.IsTerminal(s.Err),
+		Source: *src, NATSURL: natsURL,
 	})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle demo: %v\n", err)

@@ -38,6 +38,7 @@ import (
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/submit"
+	"github.com/settle/settle/internal/workerproc"
 	"github.com/settle/settle/migrations"
 	"github.com/settle/settle/reconcile"
 )
@@ -65,6 +66,10 @@ type Options struct {
 	Out, Err io.Writer
 	// Progress draws progress bars on Err (use it on a terminal only).
 	Progress bool
+	// Source, when "nats", sends the events through NATS JetStream at
+	// NATSURL instead of the HTTP API (DESIGN.md section 18).
+	Source  string
+	NATSURL string
 }
 
 // Report is what a run found.
@@ -101,6 +106,9 @@ type Report struct {
 	// back before settle saw it settle (failed, nothing to reverse);
 	// Reversals the reversal movements.
 	Returns, ReturnedByStatus, ReturnedByStatement, FailedReturned, Reversals int64
+	// source is Options.Source; Queue what happened on the queue.
+	source string
+	Queue  QueueReport
 	// Violations lists the invariants that do not hold; empty is success.
 	Violations []string
 	Duration   time.Duration
@@ -190,44 +198,72 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		return Report{}, fmt.Errorf("error creating the demo's log directory: %w", err)
 	}
 	token := randomToken()
-	worker, err := startWorker(ctx, o.Executable, dbURL, bank.url, o.Bank, token, filepath.Join(dir, "worker.log"), workerEnv)
-	if err != nil {
-		return Report{}, err
+	var srcArgs, srcEnv []string
+	if o.Source == sourceNATS {
+		srcArgs, srcEnv = natsWorkerArgs(o.NATSURL)
+		if err := resetDemoStream(ctx, o.NATSURL); err != nil {
+			return Report{}, err
+		}
 	}
-	defer func() {
+	logPath := filepath.Join(dir, "worker.log")
+	if o.Source == sourceNATS {
+		logPath = filepath.Join(dir, "worker-2.log") // worker-1.log is the one killed before its ack
+	}
+	start2 := func() (*workerproc.Proc, error) {
+		return startWorker(ctx, o.Executable, dbURL, bank.url, o.Bank, token, logPath, append(workerEnv, srcEnv...), srcArgs...)
+	}
+	stream := GenerateFor(o.Bank, o.Events, o.Seed, time.Now())
+	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts,
+		asked: askedHow(o.Bank), caps: caps, source: o.Source}
+	var worker *workerproc.Proc
+	if o.Source != sourceNATS {
+		if worker, err = start2(); err != nil {
+			return Report{}, err
+		}
+	}
+	stopWorker := func() {
+		if worker == nil {
+			return
+		}
 		if err := worker.Stop(workerStopTimeout); err != nil {
 			note("worker: %v (log: %s)", err, worker.LogPath())
 		} else if err == nil && rep.OK() && !o.Keep {
 			// A clean run leaves nothing behind; a failed one keeps the log.
 			_ = os.RemoveAll(dir)
 		}
-	}()
+	}
+	defer func() { stopWorker() }()
 
-	stream := GenerateFor(o.Bank, o.Events, o.Seed, time.Now())
-	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts,
-		asked: askedHow(o.Bank), caps: caps}
 	say("settle demo: %d payout events for %d settlements (%d redeliveries, %d conflicting), bank profile %q",
 		rep.Events, rep.Settlements, rep.Redeliveries, rep.Conflicts, o.Faults)
 	say("  database  %s", where)
 	say("  bank      %s (fakebank in-process: %s)", bank.url, describe(faults))
-	say("  worker    %s (settle worker, pid %d, log %s)", worker.URL(), worker.PID(), worker.LogPath())
-	say("")
+	if o.Source == sourceNATS {
+		say("  queue     %s (JetStream stream %s, subject %s, durable consumer %s)", o.NATSURL, demoStream, demoSubject, demoConsumer)
+		say("")
+		if worker, err = o.viaNATS(ctx, &rep, stream, pool, dbURL, bank.url, token, dir, workerEnv, start2, say); err != nil {
+			return rep, err
+		}
+	} else {
+		say("  worker    %s (settle worker, pid %d, log %s)", worker.URL(), worker.PID(), worker.LogPath())
+		say("")
 
-	// Submit: first deliveries, then the redeliveries and conflicts.
-	bar := o.bar(rep.Events, "submitting")
-	sopts := submit.Options{URL: worker.URL(), Token: token, Concurrency: 16, OnResult: func(submit.Result) { bar.Add(1) }}
-	first, err := submit.Run(ctx, bytes.NewReader(NDJSON(stream.First)), sopts)
-	if err != nil {
-		return rep, fmt.Errorf("error submitting the events: %w", err)
+		// Submit: first deliveries, then the redeliveries and conflicts.
+		bar := o.bar(rep.Events, "submitting")
+		sopts := submit.Options{URL: worker.URL(), Token: token, Concurrency: 16, OnResult: func(submit.Result) { bar.Add(1) }}
+		first, err := submit.Run(ctx, bytes.NewReader(NDJSON(stream.First)), sopts)
+		if err != nil {
+			return rep, fmt.Errorf("error submitting the events: %w", err)
+		}
+		again, err := submit.Run(ctx, bytes.NewReader(NDJSON(stream.Again)), sopts)
+		if err != nil {
+			return rep, fmt.Errorf("error submitting the redeliveries: %w", err)
+		}
+		bar.Finish()
+		rep.Submit = merge(first, again)
+		say("submitted %d events through the API: %d created, %d replayed, %d conflict, %d invalid, %d without an answer (%d retries)",
+			rep.Submit.Lines, rep.Submit.Created, rep.Submit.Replayed, rep.Submit.Conflict, rep.Submit.Invalid, rep.Submit.Errors, rep.Submit.Retries)
 	}
-	again, err := submit.Run(ctx, bytes.NewReader(NDJSON(stream.Again)), sopts)
-	if err != nil {
-		return rep, fmt.Errorf("error submitting the redeliveries: %w", err)
-	}
-	bar.Finish()
-	rep.Submit = merge(first, again)
-	say("submitted %d events through the API: %d created, %d replayed, %d conflict, %d invalid, %d without an answer (%d retries)",
-		rep.Submit.Lines, rep.Submit.Created, rep.Submit.Replayed, rep.Submit.Conflict, rep.Submit.Invalid, rep.Submit.Errors, rep.Submit.Retries)
 
 	// Wait until every settlement is terminal.
 	if err := o.waitTerminal(ctx, pool, rep.Settlements); err != nil {
@@ -235,6 +271,18 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 			return rep, err
 		}
 		rep.Violations = append(rep.Violations, err.Error())
+	}
+
+	if o.Source == sourceNATS {
+		if err := o.drainQueue(ctx, &rep); err != nil {
+			if !errors.Is(err, errTimeout) {
+				return rep, err
+			}
+			rep.Violations = append(rep.Violations, err.Error())
+		}
+		if err := readQueueOutcomes(ctx, pool, &rep); err != nil {
+			return rep, err
+		}
 	}
 
 	// The reports, against a calm bank (the storm is over; the report only
@@ -379,7 +427,10 @@ func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer,
 func (r *Report) check(st Stream) {
 	fail := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
 	s, sum := r.Submit, r.Summary
-	if s.Created != r.Settlements || s.Replayed != r.Redeliveries || s.Conflict != r.Conflicts || s.Invalid != 0 || s.Errors != 0 {
+	queue := r.source == sourceNATS
+	if queue {
+		r.checkQueue()
+	} else if s.Created != r.Settlements || s.Replayed != r.Redeliveries || s.Conflict != r.Conflicts || s.Invalid != 0 || s.Errors != 0 {
 		fail("submit counted %d created, %d replayed, %d conflict, %d invalid, %d errors; expected %d, %d, %d, 0, 0",
 			s.Created, s.Replayed, s.Conflict, s.Invalid, s.Errors, r.Settlements, r.Redeliveries, r.Conflicts)
 	}
@@ -396,10 +447,10 @@ func (r *Report) check(st Stream) {
 	if returned+r.FailedReturned != r.Returns {
 		fail("the bank returned %d payments; %d settlements are returned and %d failed for it", r.Returns, returned, r.FailedReturned)
 	}
-	if sum.Conflicts != int64(r.Conflicts) {
+	if !queue && sum.Conflicts != int64(r.Conflicts) {
 		fail("%d receipt conflicts recorded, %d sent", sum.Conflicts, r.Conflicts)
 	}
-	if sum.Replays != int64(r.Redeliveries) {
+	if !queue && sum.Replays != int64(r.Redeliveries) {
 		fail("%d replays recorded, %d redeliveries sent", sum.Replays, r.Redeliveries)
 	}
 	if r.BankStats.MaxPaymentsPerReference > 1 || r.BankStats.MaxExecutionsPerKey > 1 {
@@ -518,10 +569,14 @@ func (r Report) print(w io.Writer) {
 	if r.Resent > 0 {
 		p("    %d settlements needed their instruction posted again by a later job, under the same key.", r.Resent)
 	}
-	p("  - %d redelivered events were answered from the stored receipt (200, nothing done again); %s reused a",
-		r.Submit.Replayed, plural(r.Submit.Conflict, "event", "events"))
-	p("    known settlement_id with another amount: refused with 409 and recorded for investigation, never applied")
-	p("    (settle reconcile conflicts lists them).")
+	if r.source == sourceNATS {
+		r.printQueue(p)
+	} else {
+		p("  - %d redelivered events were answered from the stored receipt (200, nothing done again); %s reused a",
+			r.Submit.Replayed, plural(r.Submit.Conflict, "event", "events"))
+		p("    known settlement_id with another amount: refused with 409 and recorded for investigation, never applied")
+		p("    (settle reconcile conflicts lists them).")
+	}
 	p("  - %d settlements ended confirmed, %d failed (rejected by the bank or failed at settlement: nothing moved),",
 		s.ByState["confirmed"], s.ByState["failed"])
 	p("    %d returned (paid, then the money came back).", s.ByState["returned"])

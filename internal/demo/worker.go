@@ -25,19 +25,20 @@ var workerFlags = []string{
 }
 
 // startWorker runs exe worker against dbURL and bankURL with the API token
-// token, logging to logPath, with env added (the bank's credentials), and
+// token, logging to logPath, with env added (the bank's credentials) and
+// args after its own flags (the event source's), and
 // waits until it listens. The worker keeps
 // SETTLE_HOME and SETTLE_PG_BINDIR but none of the user's other SETTLE_*
 // settings (worker flags, crash points, bank credentials), so the demo
 // always runs the same way; it dies with the demo.
-func startWorker(ctx context.Context, exe, dbURL, bankURL, bank, token, logPath string, env []string) (*workerproc.Proc, error) {
+func startWorker(ctx context.Context, exe, dbURL, bankURL, bank, token, logPath string, env []string, args ...string) (*workerproc.Proc, error) {
 	return workerproc.Start(ctx, workerproc.Options{
 		Executable:    exe,
 		Name:          "the worker",
 		DatabaseURL:   dbURL,
 		LogPath:       logPath,
 		Env:           append([]string{"SETTLE_API_TOKEN=" + token}, env...),
-		Args:          append([]string{"--bank", bank, "--bank-url", bankURL}, workerFlags...),
+		Args:          append(append([]string{"--bank", bank, "--bank-url", bankURL}, workerFlags...), args...),
 		KeepSettleEnv: []string{"SETTLE_HOME", "SETTLE_PG_BINDIR"},
 		DieWithParent: true,
 	})
