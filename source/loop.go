@@ -81,14 +81,18 @@ type Config struct {
 }
 
 // Loop is the one engine loop over a Source: fetch, validate, record in
-// one transaction, commit, acknowledge. It is not safe for concurrent use:
-// run one Loop per Source (two workers on one consumer run two Loops, each
-// with its own adapter).
+// one transaction, commit, acknowledge. It has one batch in work at a
+// time, so that one worker records a stream in its order: the first
+// delivery of a settlement_id decides, later ones are replays of it or
+// conflicts with it. Run it once per Source (two workers on one consumer
+// run two Loops, each with its own adapter).
 type Loop struct {
 	cfg  Config
 	kind string
 	log  *slog.Logger
 	m    *metrics.Metrics
+
+	mu sync.Mutex
 	// failures counts the unexpected failures of a message by its
 	// transport id. It lives as long as the process: a message that kills
 	// the process is not counted, and one that fails in two workers is
@@ -141,6 +145,12 @@ func NewLoop(cfg Config) (*Loop, error) {
 // returns nil once ctx has ended.
 func (l *Loop) Run(ctx context.Context) error {
 	l.checkRetention(ctx)
+	l.run(ctx)
+	return nil
+}
+
+// run is Run's fetch-and-record cycle.
+func (l *Loop) run(ctx context.Context) {
 	backoff := l.cfg.RetryDelay / 4
 	for ctx.Err() == nil {
 		msgs, err := l.cfg.Source.Fetch(ctx, l.cfg.BatchSize)
@@ -164,7 +174,6 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		l.updateLag(ctx)
 	}
-	return nil
 }
 
 // checkRetention says in one line whether a message could outlive its
@@ -213,10 +222,15 @@ func (l *Loop) pause(ctx context.Context) {
 
 // updateLag refreshes the lag gauge, at most once a second.
 func (l *Loop) updateLag(ctx context.Context) {
-	if time.Since(l.lastLag) < time.Second {
+	l.mu.Lock()
+	due := time.Since(l.lastLag) >= time.Second
+	if due {
+		l.lastLag = time.Now()
+	}
+	l.mu.Unlock()
+	if !due {
 		return
 	}
-	l.lastLag = time.Now()
 	if n, err := l.cfg.Source.Lag(ctx); err == nil {
 		l.m.SourceLag.WithLabelValues(l.kind).Set(float64(n))
 	}
@@ -263,9 +277,11 @@ func (l *Loop) Handle(ctx context.Context, msgs []Message) Result {
 		for _, o := range outcomes {
 			l.m.SourceMessages.WithLabelValues(l.kind, o).Inc()
 		}
+		l.mu.Lock()
 		for _, m := range msgs {
 			delete(l.failures, m.TransportID)
 		}
+		l.mu.Unlock()
 		l.m.SourceBatch.Observe(time.Since(start).Seconds())
 		return Result{Acked: len(msgs)}
 	}
@@ -292,8 +308,10 @@ func (l *Loop) Handle(ctx context.Context, msgs []Message) Result {
 // failed counts an unexpected failure of message m and gives it back, or
 // rejects it as poison once it has failed MaxFailures times.
 func (l *Loop) failed(ctx context.Context, m Message, cause error) Result {
+	l.mu.Lock()
 	l.failures[m.TransportID]++
 	n := l.failures[m.TransportID]
+	l.mu.Unlock()
 	if n < l.cfg.MaxFailures {
 		l.log.Warn("message failed for an unexpected reason; given back", "transport_id", m.TransportID,
 			"failures", n, "max_failures", l.cfg.MaxFailures, "error", cause)
@@ -313,7 +331,9 @@ func (l *Loop) failed(ctx context.Context, m Message, cause error) Result {
 	crash.Point(crash.SourceAfterCommit)
 	l.ack(ctx, []Message{m})
 	crash.Point(crash.SourceAfterAck)
+	l.mu.Lock()
 	delete(l.failures, m.TransportID)
+	l.mu.Unlock()
 	l.m.SourceMessages.WithLabelValues(l.kind, ReasonPoison).Inc()
 	return Result{Acked: 1}
 }

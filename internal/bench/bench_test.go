@@ -23,7 +23,7 @@ var requiredFields = []string{
 	"river_noop_jobs_per_s", "jobs_per_settlement", "replay_p50_us_1e4", "replay_p99_us_1e4",
 	"replay_p50_us_1e6", "replay_p99_us_1e6", "worker_peak_rss_mb",
 	"river_noop_best_jobs_per_s", "e2e_latency100_per_s", "e2e_latency100_bound_per_s",
-	"commits_per_settlement", "round_trips_per_event",
+	"commits_per_settlement", "round_trips_per_event", "source_nats_per_s",
 }
 
 // TestRunTiny runs every phase of the benchmark in a tiny configuration and

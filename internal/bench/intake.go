@@ -213,5 +213,6 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL st
 	r.IntakeBatchPerS = float64(n) / el.Seconds()
 	r.RoundTripsPerBatchEvent = float64(trips.load()-trips0) / float64(n)
 	cfg.Logf("intake_batch_per_s %.1f (round trips %.3f per event)", r.IntakeBatchPerS, r.RoundTripsPerBatchEvent)
-	return nil
+	a.close()
+	return measureSource(ctx, cfg, dbURL, r)
 }

@@ -28,6 +28,11 @@ type Result struct {
 	IntakeSinglePerS float64 `json:"intake_single_per_s"`
 	// IntakeBatchPerS is events/s through POST /v1/settlements/batch.
 	IntakeBatchPerS float64 `json:"intake_batch_per_s"`
+	// SourceNATSPerS is events/s drained from a JetStream stream by one
+	// worker's source loop (DESIGN.md section 18), each batch of
+	// SourceBatchSize recorded in one transaction and then acknowledged.
+	SourceNATSPerS  float64 `json:"source_nats_per_s"`
+	SourceBatchSize int     `json:"source_batch_size"`
 
 	// RoundTripsPerEvent is the client round trips to PostgreSQL of one
 	// event through POST /v1/settlements (pgx tracer: statements sent on
@@ -129,6 +134,8 @@ func (r *Result) computeTargets() {
 			div(r.IntakeSinglePerS, r.InsertBaselinePerS), ">=", 0.5),
 		target("intake_batch", "intake_batch_per_s / insert_baseline_per_s",
 			div(r.IntakeBatchPerS, r.InsertBaselinePerS), ">=", 5),
+		target("source_nats", "source_nats_per_s / intake_batch_per_s",
+			div(r.SourceNATSPerS, r.IntakeBatchPerS), ">=", 0.8),
 		target("e2e_commit_bound", "e2e_per_s / (insert_baseline_per_s / 3)",
 			div(r.E2EPerS, r.InsertBaselinePerS/3), ">=", 0.5),
 		target("e2e_river", "e2e_per_s / (river_noop_best_jobs_per_s / jobs_per_settlement)",
@@ -157,6 +164,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"insert_baseline_per_s", r.InsertBaselinePerS, "tx/s (bare INSERT+COMMIT)"},
 		{"intake_single_per_s", r.IntakeSinglePerS, "events/s"},
 		{"intake_batch_per_s", r.IntakeBatchPerS, "events/s"},
+		{"source_nats_per_s", r.SourceNATSPerS, fmt.Sprintf("events/s drained from JetStream by one worker (batches of %d)", r.SourceBatchSize)},
 		{"round_trips_per_event", r.RoundTripsPerEvent, "round trips to PostgreSQL per single event (pgx tracer)"},
 		{"round_trips_per_batch_event", r.RoundTripsPerBatchEvent, "round trips per event of a batch"},
 		{"commits_per_event", r.CommitsPerEvent, "commits per single event (pg_stat_database)"},

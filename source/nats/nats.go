@@ -50,8 +50,8 @@ type Config struct {
 	FetchWait time.Duration
 	// AckSync makes every acknowledgement wait for the server's
 	// confirmation, one by one (tests). Otherwise a batch's
-	// acknowledgements are sent together and the connection is flushed,
-	// so the server has them all when Ack returns.
+	// acknowledgements are sent without waiting (a lost one only causes a
+	// redelivery, which is a replay).
 	AckSync bool
 	// Name is the client connection's name, shown by the server.
 	Name string
@@ -251,7 +251,20 @@ func (s *Source) Ack(ctx context.Context, msgs []source.Message) error {
 		}
 		return nil
 	}
-	return s.each(ctx, msgs, func(m jetstream.Msg) error { return m.Ack() })
+	// Not flushed: the client sends them within moments, and the loop
+	// goes on meanwhile. An acknowledgement lost with the connection only
+	// makes JetStream deliver the message again, and it is a replay.
+	var errs []error
+	for _, sm := range msgs {
+		m, err := handle(sm)
+		if err == nil {
+			err = m.Ack()
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // GiveBack naks msgs with delay: JetStream delivers them again after it.
