@@ -77,8 +77,8 @@ func TestRunTiny(t *testing.T) {
 	if v, ok := got["e2e_db_commits_per_settlement"].(float64); !ok || v <= 0 {
 		t.Errorf("e2e_db_commits_per_settlement = %v, want the old key kept", got["e2e_db_commits_per_settlement"])
 	}
-	if len(res.Targets) != 7 {
-		t.Errorf("got %d targets, want 7: %+v", len(res.Targets), res.Targets)
+	if len(res.Targets) != 8 {
+		t.Errorf("got %d targets, want 8: %+v", len(res.Targets), res.Targets)
 	}
 	if s, ok := got["river_best_settings"].(string); !ok || !strings.Contains(s, "MaxWorkers") {
 		t.Errorf("river_best_settings = %v, want the settings of the best River run", got["river_best_settings"])
@@ -94,7 +94,7 @@ func TestRunTiny(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100") {
+	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "source_nats") {
 		if !strings.Contains(table.String(), f) {
 			t.Errorf("table lacks %s:\n%s", f, table.String())
 		}
