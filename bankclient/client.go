@@ -206,8 +206,8 @@ func (c *Client) Send(ctx context.Context, key string, req PaymentRequest) (Send
 	if key == "" {
 		return SendResult{}, errors.New("error sending payment: empty idempotency key")
 	}
-	if req.AmountCents <= 0 {
-		return SendResult{}, fmt.Errorf("error sending payment %s: amount %d is not positive", key, req.AmountCents)
+	if err := SettleConnector.Capabilities.CheckRequest(req); err != nil {
+		return SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
 	}
 	body, err := json.Marshal(req)
 	if err != nil {

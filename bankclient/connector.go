@@ -68,6 +68,13 @@ type Capabilities struct {
 	// Currencies lists the currencies the bank serves (nil: any ISO 4217
 	// currency).
 	Currencies []string
+	// MaxAmount is the largest amount, in minor units, the bank takes in
+	// one payment in any currency, and MaxAmounts the same for the
+	// currencies listed there (each overrides MaxAmount); 0: no limit.
+	// Intake refuses more (422 naming amount_cents) and the client refuses
+	// to build such a request (Unsendable).
+	MaxAmount  int64
+	MaxAmounts map[string]int64
 	// FailedAfterSettledIsReturn: the bank reports a payment that came
 	// back after it settled as failed, not returned (Stripe: a paid payout
 	// that fails later), so failed after confirmation is a return.
@@ -125,6 +132,34 @@ func (c Capabilities) fits(ref string) bool {
 	return true
 }
 
+// AmountLimit is the largest amount, in minor units of currency, the bank
+// takes in one payment; 0 means no limit.
+func (c Capabilities) AmountLimit(currency string) int64 {
+	if n, ok := c.MaxAmounts[currency]; ok {
+		return n
+	}
+	return c.MaxAmount
+}
+
+// CheckRequest refuses, with an Unsendable *RejectedError and before
+// anything is sent, a request the bank could never take: an amount that is
+// not positive or is over AmountLimit, a currency it does not serve.
+// Connectors call it first thing in Send and CreateConsent.
+func (c Capabilities) CheckRequest(req PaymentRequest) error {
+	switch lim := c.AmountLimit(req.Currency); {
+	case req.AmountCents <= 0:
+		return Unsendable(fmt.Errorf("%w: %d minor units is not positive", ErrAmountLimit, req.AmountCents))
+	case lim > 0 && req.AmountCents > lim:
+		return Unsendable(fmt.Errorf("%w: %d minor units of %s is over the bank's limit of %d", ErrAmountLimit, req.AmountCents, req.Currency, lim))
+	case !c.Serves(req.Currency):
+		return Unsendable(fmt.Errorf("the bank does not serve %s", Sanitize(req.Currency)))
+	}
+	return nil
+}
+
+// ErrAmountLimit is matched by the refusal of an amount a bank cannot take.
+var ErrAmountLimit = errors.New("amount outside the bank's limits")
+
 // Serves reports whether the bank serves currency.
 func (c Capabilities) Serves(currency string) bool {
 	return c.Currencies == nil || slices.Contains(c.Currencies, currency)
@@ -177,6 +212,16 @@ func (c Connector) Check(currency, beneficiary string) error {
 	return nil
 }
 
+// CheckAmount refuses, with a *FieldError naming amount_cents, an amount
+// over the largest the connector's bank takes in currency
+// (Capabilities.AmountLimit).
+func (c Connector) CheckAmount(currency string, amount int64) error {
+	if lim := c.Capabilities.AmountLimit(currency); lim > 0 && amount > lim {
+		return &FieldError{Field: "amount_cents", Reason: fmt.Sprintf("is over the %s connector's limit of %d minor units of %s a payment", c.Name, lim, currency)}
+	}
+	return nil
+}
+
 // URL returns the connector's default base URL.
 func (c Connector) URL() string {
 	if c.DefaultURL != "" {
@@ -216,6 +261,14 @@ func Lookup(name string) (Connector, error) {
 	return c, nil
 }
 
+// MaxProtocolAmount is the largest amount_cents settle's bank protocol
+// carries: 2^53-1, the largest integer a JSON number holds exactly in
+// every receiver (RFC 7493, I-JSON, section 2.2: JavaScript and many JSON
+// libraries read numbers as IEEE 754 doubles, so 2^53+1 arrives as 2^53).
+// An amount one receiver might read as another is not an amount to pay;
+// 90 trillion dollars in cents is more than any single payout.
+const MaxProtocolAmount = 1<<53 - 1
+
 // SettleConnector is the connector of settle's own protocol (DESIGN.md
 // section 7), the default: the kindest bank there is, which looks payments
 // up by our key, keeps keys for ever (or key_ttl_ms in the fakebank) and
@@ -228,6 +281,7 @@ var SettleConnector = Connector{
 		Search:      true,
 		Replay:      ReplayStored,
 		RefMaxLen:   256,
+		MaxAmount:   MaxProtocolAmount,
 	},
 	New:           func(baseURL string, opts Options) (Bank, error) { return New(baseURL, opts) },
 	VerifyWebhook: verifySettleWebhook,

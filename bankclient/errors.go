@@ -60,20 +60,47 @@ func (e *AmbiguousError) Error() string {
 func (e *AmbiguousError) Unwrap() error { return e.Err }
 
 // RejectedError reports a definitive refusal of a payment by the bank (422
-// rejected, or 400). Only Send returns it; the payment will never be executed
-// under this key.
+// rejected, or 400), or of a request the connector cannot build for its
+// bank (Unsendable: StatusCode 0, nothing sent). Only Send and
+// CreateConsent return it; the payment will never be executed under this
+// key.
 type RejectedError struct {
-	// StatusCode is the HTTP status of the answer (400 or 422).
+	// StatusCode is the HTTP status of the answer (400 or 422); 0 when the
+	// request could not be built and nothing was sent.
 	StatusCode int
 	// Code is the "error" field of the body, for example "rejected"; it may be
-	// empty for a 400 without a JSON body.
+	// empty for a 400 without a JSON body. CodeUnsendable when nothing was
+	// sent.
 	Code string
 	// Reason is the bank's "reason" field, sanitized and truncated.
 	Reason string
+	// Err is the cause of an unsendable request; nil for the bank's answer.
+	Err error
 }
+
+// CodeUnsendable is the Code of a RejectedError for a request the
+// connector cannot build for its bank.
+const CodeUnsendable = "unsendable"
+
+// Unsendable is the definitive refusal of a request the connector cannot
+// build for its bank: an amount its format cannot carry or over the limit
+// it declares (Capabilities.AmountLimit), a creditor it cannot address.
+// Nothing was sent, and the identical request never can be, so retrying
+// it would only keep the settlement waiting for ever: the engine records
+// it in bank_attempts and fails the settlement as for the bank's own
+// refusal. reason is the cause, kept (errors.Is/As) and sanitized.
+func Unsendable(reason error) *RejectedError {
+	return &RejectedError{Code: CodeUnsendable, Reason: Sanitize(reason.Error()), Err: reason}
+}
+
+// Unwrap returns the cause of an unsendable request.
+func (e *RejectedError) Unwrap() error { return e.Err }
 
 // Error implements error.
 func (e *RejectedError) Error() string {
+	if e.StatusCode == 0 && e.Code == CodeUnsendable {
+		return "the request cannot be sent to this bank: " + e.Reason
+	}
 	msg := fmt.Sprintf("bank rejected the payment (HTTP %d", e.StatusCode)
 	if e.Code != "" {
 		msg += " " + e.Code

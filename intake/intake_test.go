@@ -38,6 +38,10 @@ type setupOpts struct {
 	token       string
 	maxInflight int
 	now         func() time.Time
+	// bank is the connector (default settle's); maxAmounts the operator's
+	// ceilings (--max-amount).
+	bank       bankclient.Connector
+	maxAmounts map[string]int64
 }
 
 // setup gives the test its own migrated database, an intake service with an
@@ -50,7 +54,8 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 		t.Fatal(err)
 	}
 	m := metrics.NewUnregistered()
-	svc, err := intake.NewService(intake.Config{DB: db.Pool, Jobs: jobs.Inserter{Client: client}, Metrics: m, Now: o.now})
+	svc, err := intake.NewService(intake.Config{DB: db.Pool, Jobs: jobs.Inserter{Client: client}, Metrics: m, Now: o.now,
+		Bank: o.bank, MaxAmounts: o.maxAmounts})
 	if err != nil {
 		t.Fatal(err)
 	}

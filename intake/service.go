@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -68,6 +69,10 @@ type Config struct {
 	// bankclient.SettleConnector): it derives each settlement's bank
 	// reference, and an event it could never send is refused (422).
 	Bank bankclient.Connector
+	// MaxAmounts are the operator's own ceilings by currency
+	// (--max-amount): an event over its currency's is refused (422), as
+	// one over the connector's own limit is.
+	MaxAmounts MaxAmounts
 }
 
 // Service takes settlement events in: the receipt transaction, replays and
@@ -82,6 +87,7 @@ type Service struct {
 	grace   time.Duration
 	timeout time.Duration
 	bank    bankclient.Connector
+	ceiling MaxAmounts
 }
 
 // NewService returns a Service for cfg.
@@ -90,7 +96,8 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("error creating intake service: DB and Jobs are required")
 	}
 	s := &Service{db: cfg.DB, jobs: cfg.Jobs, m: cfg.Metrics, now: cfg.Now,
-		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout, bank: cfg.Bank}
+		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout, bank: cfg.Bank,
+		ceiling: maps.Clone(cfg.MaxAmounts)}
 	if s.bank.Name == "" {
 		s.bank = bankclient.SettleConnector
 	}
@@ -634,10 +641,17 @@ func (s *Service) View(ctx context.Context, id string) (settlement.View, error) 
 }
 
 // checkBank refuses an event the configured bank could never send (a
-// currency it does not serve, a beneficiary it cannot route) with an
-// *InvalidError naming the field (422).
+// currency it does not serve, a beneficiary it cannot route, an amount
+// over its limit) or over the operator's ceiling with an *InvalidError
+// naming the field (422).
 func (s *Service) checkBank(ev Event) error {
 	err := s.bank.Check(ev.Currency, ev.Beneficiary)
+	if err == nil {
+		err = s.bank.CheckAmount(ev.Currency, ev.AmountCents)
+	}
+	if err == nil {
+		err = s.ceiling.checkCeiling(ev)
+	}
 	var fe *bankclient.FieldError
 	if errors.As(err, &fe) {
 		return invalid(fe.Field, fe.Reason)

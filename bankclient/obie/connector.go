@@ -91,6 +91,15 @@ const RefAllowed = "/-?:().,'+"
 // consent.
 var Currencies = []string{"GBP"}
 
+// MaxAmounts are the largest amounts the connector sends, in minor units:
+// £1,000,000 in GBP, the Faster Payments scheme's limit on one payment
+// (Pay.UK), the scheme the connector's references are cut for (RefMaxLen).
+// The API's own format, OBActiveCurrencyAndAmount_SimpleType, carries 13
+// integer digits (FormatAmount refuses more); "the maximum
+// InstructedAmount allowable" is each ASPSP's to set (payment initiation
+// profile, Payment Restrictions), so --max-amount may lower it further.
+var MaxAmounts = map[string]int64{"GBP": 100_000_000}
+
 // Capabilities is what the Open Banking domestic payments API offers: a
 // payment is read by the bank's id only; a replay under the same key
 // within 24 hours answers 201 with the current resource; there is no
@@ -105,6 +114,7 @@ var Capabilities = bankclient.Capabilities{
 	RefAllowed:              RefAllowed,
 	RefASCIIOnly:            true,
 	Currencies:              Currencies,
+	MaxAmounts:              MaxAmounts,
 	Consent:                 true,
 	ReturnsOnStatementsOnly: true,
 	NoList:                  true,

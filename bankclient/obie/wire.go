@@ -64,7 +64,26 @@ type PaymentRequest struct {
 // cannot come from either idempotency key, which differ); the stored
 // reference is unique per settlement, stable, at most 31 characters of the
 // Faster Payments set, and within the field's 35.
+//
+// Every error is an Unsendable *bankclient.RejectedError: the request is
+// made of the settlement alone, so one that cannot be built now never can
+// be, and the engine fails the settlement rather than retry it for ever.
 func initiationOf(req bankclient.PaymentRequest) (Initiation, error) {
+	in, err := buildInitiation(req)
+	if err != nil && !bankclient.IsRejected(err) {
+		err = bankclient.Unsendable(err)
+	}
+	if err != nil {
+		return Initiation{}, err
+	}
+	return in, nil
+}
+
+// buildInitiation is initiationOf's work.
+func buildInitiation(req bankclient.PaymentRequest) (Initiation, error) {
+	if err := Capabilities.CheckRequest(req); err != nil {
+		return Initiation{}, err
+	}
 	switch n := len(req.Reference); {
 	case n == 0:
 		return Initiation{}, fmt.Errorf("empty reference")

@@ -129,3 +129,41 @@ func TestCheckEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestOverTheLimitIsUnsendable: a payout over Stripe's eight digits, or in
+// a currency the connector does not pay out, is refused before anything
+// is sent, definitively (an Unsendable rejection); exactly the limit goes.
+func TestOverTheLimitIsUnsendable(t *testing.T) {
+	t.Parallel()
+	requests := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"po_1","object":"payout","amount":99999999,"currency":"usd","status":"pending","created":1,"metadata":{"reference":"r-1"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := stripe.New(srv.URL, bankclient.Options{Token: "sk_test_x", Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := target.Request("r-1")
+	req.Currency = "USD"
+	for _, bad := range []bankclient.PaymentRequest{
+		func() bankclient.PaymentRequest { r := req; r.AmountCents = stripe.MaxAmount + 1; return r }(),
+		func() bankclient.PaymentRequest { r := req; r.AmountCents = 1<<63 - 1; return r }(),
+		func() bankclient.PaymentRequest { r := req; r.Currency = "BGN"; return r }(),
+	} {
+		_, err := c.Send(context.Background(), bankclient.KeyFor("over"), bad)
+		var re *bankclient.RejectedError
+		if !errors.As(err, &re) || re.Code != bankclient.CodeUnsendable || re.StatusCode != 0 {
+			t.Errorf("%d %s: %v, want an unsendable rejection", bad.AmountCents, bad.Currency, err)
+		}
+	}
+	if requests != 0 {
+		t.Fatalf("%d requests reached Stripe", requests)
+	}
+	req.AmountCents = stripe.MaxAmount
+	if _, err := c.Send(context.Background(), bankclient.KeyFor("at"), req); err != nil || requests != 1 {
+		t.Fatalf("exactly the limit: %v (%d requests)", err, requests)
+	}
+}

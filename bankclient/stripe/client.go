@@ -134,8 +134,9 @@ func (c *Client) Send(ctx context.Context, key string, req bankclient.PaymentReq
 	switch {
 	case key == "" || len(key) > Capabilities.KeyMaxLen:
 		return bankclient.SendResult{}, fmt.Errorf("error sending payout: idempotency key of %d characters", len(key))
-	case req.AmountCents <= 0:
-		return bankclient.SendResult{}, fmt.Errorf("error sending payout %s: amount %d is not positive", key, req.AmountCents)
+	}
+	if err := Capabilities.CheckRequest(req); err != nil {
+		return bankclient.SendResult{}, fmt.Errorf("error sending payout %s: %w", key, err)
 	}
 	res, err := call(ctx, c, bankclient.OpSend, key, func(actx context.Context) (bankclient.SendResult, answer) {
 		params := c.payoutParams(req)

@@ -47,6 +47,12 @@ var Currencies = []string{
 	"PHP", "PLN", "RON", "SEK", "SGD", "THB", "USD", "ZAR",
 }
 
+// MaxAmount is the largest amount Stripe takes, in minor units of any
+// currency: "The amount value supports up to eight digits (e.g., a value
+// of 99999999 for a USD charge of $999,999.99)" (Stripe's OpenAPI
+// document, amount; https://docs.stripe.com/currencies#minimum-and-maximum-charge-amounts).
+const MaxAmount = 99_999_999
+
 // Capabilities is what Stripe's payout API offers: a payout is read by its
 // id (GET /v1/payouts/{id}) and the list can be searched (GET /v1/payouts);
 // there is no lookup by idempotency key or by metadata; a replay under the
@@ -63,6 +69,7 @@ var Capabilities = bankclient.Capabilities{
 	// of up to 500 characters; 255 bytes keeps it comfortably inside.
 	RefMaxLen:  255,
 	Currencies: Currencies,
+	MaxAmount:  MaxAmount,
 	// A paid payout that fails later came back: Stripe reports it failed
 	// (https://docs.stripe.com/payouts#payout-failures).
 	FailedAfterSettledIsReturn: true,

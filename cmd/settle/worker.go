@@ -62,6 +62,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.ConsentWait, "consent-wait", c.ConsentWait, "how long a payment's consent may await the customer's authorisation before the settlement is flagged consent_expired (banks that need consents: obie)")
 	fs.DurationVar(&c.ReturnWatch, "return-watch", 0, "how long after confirmation the bank is still asked whether a payment came back (default: the connector's; settle's is 168h)")
 	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")
+	fs.Var(&c.MaxAmounts, "max-amount", "CCY=N: refuse (422) a payout of more than N minor units of CCY, besides the connector's own limit; repeatable, or a comma-separated list (SETTLE_MAX_AMOUNT=EUR=2500000,GBP=2500000)")
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")
 	fs.DurationVar(&c.BankKeyTTL, "bank-key-ttl", c.BankKeyTTL, "never re-send an instruction once this long has passed since its first attempt")
 	fs.DurationVar(&c.PendingGrace, "pending-grace", c.PendingGrace, "how long a new settlement waits for its send job before the sweep checks it")

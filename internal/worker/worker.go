@@ -75,6 +75,9 @@ type Config struct {
 	// authorisation before the settlement is flagged (--consent-wait; banks
 	// whose payments need a consent, such as obie).
 	ConsentWait time.Duration
+	// MaxAmounts are the operator's ceilings by currency (--max-amount):
+	// intake refuses more, besides the connector's own limits.
+	MaxAmounts intake.MaxAmounts
 	// WebhookSecret verifies the bank's webhooks
 	// (SETTLE_BANK_WEBHOOK_SECRET); empty refuses them all.
 	WebhookSecret string
@@ -243,6 +246,7 @@ func New(cfg Config) (*Worker, error) {
 		ReplayHorizon: cfg.ReplayHorizon,
 		PendingGrace:  cfg.PendingGrace,
 		Bank:          w.conn,
+		MaxAmounts:    cfg.MaxAmounts,
 	})
 	if err != nil {
 		w.stopUI()
