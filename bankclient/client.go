@@ -72,12 +72,12 @@ func New(baseURL string, opts Options) (*Client, error) {
 		c.limiter = rate.NewLimiter(rate.Limit(opts.RatePerSecond), 1)
 	}
 
+	if _, err := checkScheme(base, opts, "bank", "credential"); err != nil {
+		return nil, err
+	}
 	if opts.Token != "" {
 		if err := CheckToken(string(opts.Token), "credential"); err != nil {
 			return nil, fmt.Errorf("error configuring bank credential: %w", err)
-		}
-		if base.Scheme != "https" && !IsLoopback(base.Hostname()) {
-			return nil, errors.New("error configuring bank credential: refusing to send it over plain http to a non-loopback host")
 		}
 		c.auth = "Bearer " + string(opts.Token)
 	}
@@ -145,9 +145,9 @@ func ParseRemote(baseURL string, opts Options, bank, credential string) (*url.UR
 	if err != nil {
 		return nil, false, fmt.Errorf("error parsing %s URL: %w", bank, err)
 	}
-	loopback := IsLoopback(base.Hostname())
-	if base.Scheme != "https" && !loopback {
-		return nil, false, fmt.Errorf("error configuring %s: refusing to send the %s over plain http to a bank that is not on this machine", bank, credential)
+	loopback, err := checkScheme(base, opts, bank, credential)
+	if err != nil {
+		return nil, false, err
 	}
 	if opts.Token == "" && !loopback {
 		return nil, false, fmt.Errorf("error configuring %s: no %s (set %s)", bank, credential, EnvToken)
@@ -159,6 +159,34 @@ func ParseRemote(baseURL string, opts Options, bank, credential string) (*url.UR
 		return nil, false, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
 	}
 	return base, loopback, nil
+}
+
+// ErrPlainHTTP is matched by the refusal to talk plain http to a bank that
+// is not on this machine: anyone on the path could read the payments and
+// answer "settled" for them.
+var ErrPlainHTTP = errors.New("refusing plain http to a bank that is not on this machine")
+
+// checkScheme is the transport check every client makes: https, or plain
+// http to a bank on this machine (the fakebank), or, with
+// opts.InsecureHTTP, to any bank but never with a credential; the last
+// logs a loud line to opts.Logger. It reports whether the bank is on this
+// machine. bank and credential name them in the errors.
+func checkScheme(base *url.URL, opts Options, bank, credential string) (loopback bool, err error) {
+	loopback = IsLoopback(base.Hostname())
+	if base.Scheme == "https" || loopback {
+		return loopback, nil
+	}
+	switch {
+	case !opts.InsecureHTTP:
+		return false, fmt.Errorf("error configuring %s: %w (%s): use https, or accept the risk with --bank-insecure-http (SETTLE_BANK_INSECURE_HTTP=true)", bank, ErrPlainHTTP, base.Host)
+	case opts.Token != "":
+		return false, fmt.Errorf("error configuring %s: %w (%s) with the %s, even with --bank-insecure-http", bank, ErrPlainHTTP, base.Host, credential)
+	}
+	if opts.Logger != nil {
+		opts.Logger.Warn("INSECURE: the bank is reached over plain http (--bank-insecure-http): anyone on the network path can read every payment and answer \"settled\" for it; use https",
+			"bank", bank, "host", base.Host)
+	}
+	return false, nil
 }
 
 // IsLoopback reports whether host names this machine.

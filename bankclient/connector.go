@@ -142,13 +142,14 @@ func (c Capabilities) AmountLimit(currency string) int64 {
 }
 
 // CheckRequest refuses, with an Unsendable *RejectedError and before
-// anything is sent, a request the bank could never take: an amount that is
-// not positive or is over AmountLimit, a currency it does not serve.
+// anything is sent, a request the bank could never take: an amount over
+// AmountLimit, a currency it does not serve. An amount that is not
+// positive is a bug of the caller (the schema forbids one), a plain error.
 // Connectors call it first thing in Send and CreateConsent.
 func (c Capabilities) CheckRequest(req PaymentRequest) error {
 	switch lim := c.AmountLimit(req.Currency); {
 	case req.AmountCents <= 0:
-		return Unsendable(fmt.Errorf("%w: %d minor units is not positive", ErrAmountLimit, req.AmountCents))
+		return fmt.Errorf("%w: %d minor units is not positive", ErrAmountLimit, req.AmountCents)
 	case lim > 0 && req.AmountCents > lim:
 		return Unsendable(fmt.Errorf("%w: %d minor units of %s is over the bank's limit of %d", ErrAmountLimit, req.AmountCents, req.Currency, lim))
 	case !c.Serves(req.Currency):

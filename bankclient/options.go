@@ -97,6 +97,12 @@ type Options struct {
 	// presented for mutual TLS; both or neither.
 	CertFile string
 	KeyFile  string
+	// InsecureHTTP allows plain http to a bank that is not on this machine
+	// (--bank-insecure-http), which is refused otherwise (ErrPlainHTTP):
+	// anyone on the path could read the payments and answer "settled". A
+	// credential never travels over it all the same, and the client logs a
+	// loud line (Logger) when it is used.
+	InsecureHTTP bool
 }
 
 // OptionsFromEnv returns Options holding the credential, CA file, account,

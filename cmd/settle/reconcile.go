@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -127,20 +128,23 @@ func (c *reconcileCmd) inspector(pool *pgxpool.Pool) *reconcile.Inspector {
 
 // bankFlags are the flags of the forms that talk to the bank.
 type bankFlags struct {
-	name    string
-	url     string
-	timeout time.Duration
+	name     string
+	url      string
+	timeout  time.Duration
+	insecure bool
 }
 
 func (b *bankFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.name, "bank", "settle", "the bank connector: "+strings.Join(bankclient.Names(), ", ")+" (env SETTLE_BANK)")
 	fs.StringVar(&b.url, "bank-url", "", "base URL of the bank (env SETTLE_BANK_URL; default: the connector's own, "+connectorURLs()+")")
 	fs.DurationVar(&b.timeout, "bank-timeout", bankclient.DefaultTimeout, "timeout of one HTTP attempt to the bank")
+	fs.BoolVar(&b.insecure, "bank-insecure-http", false, "allow plain http to a bank that is not on this machine, never with a credential (env SETTLE_BANK_INSECURE_HTTP; said loudly on stderr)")
 }
 
 // client builds the bank client of the connector (credentials from the
-// SETTLE_BANK_* environment) and checks that the bank answers.
-func (b *bankFlags) client(ctx context.Context) (bankclient.Bank, bankclient.Capabilities, error) {
+// SETTLE_BANK_* environment) and checks that the bank answers; warnings
+// (plain http by --bank-insecure-http) go to stderr.
+func (b *bankFlags) client(ctx context.Context, stderr io.Writer) (bankclient.Bank, bankclient.Capabilities, error) {
 	conn, err := bankclient.Lookup(b.name)
 	if err != nil {
 		return nil, bankclient.Capabilities{}, err
@@ -150,6 +154,10 @@ func (b *bankFlags) client(ctx context.Context) (bankclient.Bank, bankclient.Cap
 	}
 	opts := bankclient.OptionsFromEnv(os.Getenv)
 	opts.Timeout = b.timeout
+	if b.insecure {
+		opts.InsecureHTTP = true
+		opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	cl, err := conn.New(b.url, opts)
 	if err != nil {
 		return nil, bankclient.Capabilities{}, fmt.Errorf("error configuring the bank client: %w", err)
@@ -554,7 +562,7 @@ afterwards or does not exist, 2 when the bank or the database is unreachable.`, 
 		return exitError
 	}
 	defer pool.Close()
-	bank, caps, err := bf.client(ctx)
+	bank, caps, err := bf.client(ctx, c.s.Err)
 	if err != nil {
 		return c.fail(" resolve", err)
 	}
@@ -659,7 +667,7 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 	if *statements {
 		return c.bankStatements(ctx, pool, *asJSON, *limit)
 	}
-	bank, _, err := bf.client(ctx)
+	bank, _, err := bf.client(ctx, c.s.Err)
 	if err != nil {
 		return c.fail(" bank", err)
 	}

@@ -61,6 +61,8 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.StringVar(&c.BankName, "bank", c.BankName, "the bank connector: "+strings.Join(bankclient.Names(), ", "))
 	fs.DurationVar(&c.ConsentWait, "consent-wait", c.ConsentWait, "how long a payment's consent may await the customer's authorisation before the settlement is flagged consent_expired (banks that need consents: obie)")
 	fs.DurationVar(&c.ReturnWatch, "return-watch", 0, "how long after confirmation the bank is still asked whether a payment came back (default: the connector's; settle's is 168h)")
+	var insecureHTTP bool
+	fs.BoolVar(&insecureHTTP, "bank-insecure-http", false, "allow plain http to a bank that is not on this machine (refused otherwise: anyone on the path could answer \"settled\"); never with a credential; logged loudly")
 	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")
 	fs.Var(&c.MaxAmounts, "max-amount", "CCY=N: refuse (422) a payout of more than N minor units of CCY, besides the connector's own limit; repeatable, or a comma-separated list (SETTLE_MAX_AMOUNT=EUR=2500000,GBP=2500000)")
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")
@@ -117,6 +119,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	}
 	c.Logger = logger
 	c.Bank = bankclient.OptionsFromEnv(os.Getenv)
+	c.Bank.InsecureHTTP = insecureHTTP
 	c.WebhookSecret = os.Getenv(bankclient.EnvWebhookSecret)
 	if err := c.Validate(); err != nil {
 		return fail(err)
