@@ -95,6 +95,11 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.DB == nil || cfg.Jobs == nil {
 		return nil, errors.New("error creating intake service: DB and Jobs are required")
 	}
+	for c, n := range cfg.MaxAmounts {
+		if n <= 0 {
+			return nil, fmt.Errorf("error creating intake service: the ceiling of %s, %d, is not positive", c, n)
+		}
+	}
 	s := &Service{db: cfg.DB, jobs: cfg.Jobs, m: cfg.Metrics, now: cfg.Now,
 		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout, bank: cfg.Bank,
 		ceiling: maps.Clone(cfg.MaxAmounts)}
