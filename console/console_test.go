@@ -281,7 +281,7 @@ func TestStatementsPanelAndUnmatchedLines(t *testing.T) {
 	if r := b.request(t, http.MethodGet, "/console/", nil, nil); !strings.Contains(r.body, "No statement imported yet") {
 		t.Errorf("overview before any import:\n%.3000s", r.body)
 	}
-	im := &reconcile.StatementImporter{DB: b.db.Pool}
+	im := &reconcile.StatementImporter{DB: b.db.Pool, Accounts: []string{"DE89370400440532013000", "NL91ABNA0417164300"}}
 	res, err := im.ImportFile(t.Context(), "../statement/testdata/camt053_v02.xml")
 	if err != nil {
 		t.Fatal(err)

@@ -81,8 +81,12 @@ const (
 	HeaderOBIdempotency = "x-idempotency-key"
 	maxOBIdempotencyKey = 40
 	obKeyTTL            = 24 * time.Hour
-	obieDebtorAccount   = "60161331926819"
 )
+
+// OBIEDebtorAccount is the account (sort code and account number) the
+// obie profile pays from when the TPP leaves the debtor account to the
+// customer, as settle does: its statements are for this account.
+const OBIEDebtorAccount = "60161331926819"
 
 // notPrintable reports whether r has no place in a header value.
 func notPrintable(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }
@@ -464,7 +468,7 @@ func (b *Bank) obiePay(key string, req bankclient.PaymentRequest, body string, p
 // the debtor account is the PSU's (a fixed one when the TPP leaves it to
 // the customer).
 func booksRequest(in *obInitiation, minor int64) bankclient.PaymentRequest {
-	debtor := obieDebtorAccount
+	debtor := OBIEDebtorAccount
 	if in.DebtorAccount != nil {
 		debtor = in.DebtorAccount.Identification
 	}

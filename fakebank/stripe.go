@@ -14,6 +14,11 @@ import (
 	"github.com/settle/settle/bankclient"
 )
 
+// StripeBalanceAccount is the account the stripe profile pays out from
+// when no connected account is named (no Stripe-Account header): its
+// statements are for this account.
+const StripeBalanceAccount = "stripe_balance"
+
 // The stripe profile serves the books through Stripe's payout API
 // (https://docs.stripe.com/api/payouts), as far as settle's Stripe
 // connector uses it and as Stripe documents it:
@@ -194,7 +199,7 @@ func payoutRequest(form url.Values, account string) (bankclient.PaymentRequest, 
 		extra.Set("description", d)
 	}
 	if account == "" {
-		account = "stripe_balance"
+		account = StripeBalanceAccount
 	}
 	ref := form.Get("metadata[reference]")
 	if ref == "" {

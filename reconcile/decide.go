@@ -442,30 +442,41 @@ func afterConfirmation(f Facts, pay bankclient.Payment) Decision {
 	}
 }
 
-// DecideReturn decides what a return reported by another source than the
-// status API (a statement entry) means for a settlement: the same as the
-// bank's status API reporting the payment returned for that amount, except
-// that a return of another amount is flagged whatever the state (a
-// settlement never confirmed is not failed on a partial return).
-func DecideReturn(f Facts, p Policy, now time.Time, amount int64, reason string) Decision {
-	pay := bankclient.Payment{ID: f.BankPaymentID, Status: bankclient.StatusReturned, AmountCents: amount, FailureReason: reason}
-	if f.State == settlement.Returned || f.State == settlement.Failed {
+// DecideReturn decides what a credit line of a statement under a
+// settlement's reference means for it. It is a return only when it
+// carries return information (LineFacts.Marked) and is for the
+// settlement's amount in its currency: a confirmed settlement then is
+// returned with its reversal, as when the bank's status API reports the
+// payment returned. An unknown or zero amount, or another currency, is
+// flagged statement_amount_mismatch, another amount partial_return,
+// whatever the state (a settlement never confirmed is not failed on
+// them). A statement never fails a settlement: a return of one settle has
+// not seen settle (pending after an attempt, sent, uncertain) leaves it as
+// it is, for the bank's own status (or an operator) to decide; a return
+// of one never sent is flagged return_never_sent.
+func DecideReturn(f Facts, l LineFacts) Decision {
+	switch {
+	case f.State == settlement.Returned || f.State == settlement.Failed:
 		return Decision{To: f.State, Reason: "return already booked"}
-	}
-	if f.State == settlement.Pending && f.FirstAttemptAt.IsZero() {
+	case !l.Marked():
+		return Decision{To: f.State, Reason: "statement line " + l.Line + " is a credit without return information: not a return"}
+	case f.State == settlement.Pending && f.FirstAttemptAt.IsZero():
 		// Nothing was ever sent under our key: the return is not of our
-		// payment, or our records are wrong. Failing it would pin the
-		// settlement failed on a stranger's word.
-		return flag(f, ReasonReturnNeverSent, fmt.Sprintf("a return of %d was reported for a settlement never sent", amount))
+		// payment, or our records are wrong.
+		return flag(f, ReasonReturnNeverSent, fmt.Sprintf("statement line %s returns a payment of a settlement never sent", l.Line))
 	}
-	if f.State != settlement.Confirmed && amount != 0 && amount != f.AmountCents {
-		// Part of a payment came back before we saw it settle: some of
-		// the money was paid, so failing it would be as wrong as
-		// confirming it. Only a human can book that.
-		return flag(f, ReasonPartialReturn, fmt.Sprintf("bank returned %d of payment %s, the settlement is %d, before it was seen to settle", amount, f.BankPaymentID, f.AmountCents))
+	if problem := l.amountProblem(f); problem != "" {
+		if l.AmountMinor != nil && *l.AmountMinor != 0 && l.Currency == f.Currency {
+			// Part of the payment came back: only a human can book that.
+			return flag(f, ReasonPartialReturn, fmt.Sprintf("bank returned %d of payment %s, the settlement is %d (%s)", *l.AmountMinor, f.BankPaymentID, f.AmountCents, problem))
+		}
+		return flag(f, ReasonStatementMismatch, problem)
 	}
-	d, _ := finalStatus(f, pay)
-	return d
+	if f.State != settlement.Confirmed {
+		return Decision{To: f.State, Reason: fmt.Sprintf("statement line %s returns a payment settle has not seen settle: the bank's status or an operator decides", l.Line)}
+	}
+	pay := bankclient.Payment{ID: f.BankPaymentID, Status: bankclient.StatusReturned, AmountCents: f.AmountCents, FailureReason: l.ReturnReason}
+	return afterConfirmation(f, pay)
 }
 
 // mismatch reports whether the bank's payment is not this settlement's:

@@ -204,41 +204,64 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// TestDecideReturn: a return reported by a statement, by state and amount.
-// A return of the whole amount reverses a confirmed settlement and fails
-// one sent but never seen to settle (nothing to reverse); a return of
-// another amount, or of a settlement never sent, is flagged whatever the
-// state, never guessed.
+// line is a statement line of amount (nil: none) in ccy with return
+// reason rtr.
+func line(amount *int64, ccy, rtr string) LineFacts {
+	return LineFacts{Line: "1.1 E1", AmountMinor: amount, Currency: ccy, ReturnReason: rtr}
+}
+
+func minor(v int64) *int64 { return &v }
+
+// TestDecideReturn: a credit reported by a statement, by state, amount,
+// currency and return information. A return of the whole amount in the
+// settlement's currency reverses a confirmed settlement and leaves one
+// not seen to settle as it is (a statement never fails a settlement); an
+// unknown or zero amount or another currency is flagged
+// statement_amount_mismatch, another amount partial_return, whatever the
+// state, never guessed; a credit without return information is no return.
 func TestDecideReturn(t *testing.T) {
 	t.Parallel()
-	now := t0.Add(time.Hour)
+	mismatch := func(st settlement.State) Decision { return Decision{To: st, Flag: ReasonStatementMismatch} }
 	tests := []struct {
-		state  settlement.State
-		amount int64
-		want   Decision
+		name  string
+		state settlement.State
+		line  LineFacts
+		want  Decision
 	}{
-		{settlement.Confirmed, 1000, Decision{To: settlement.Returned, WriteReversal: true, Definitive: true}},
-		{settlement.Confirmed, 400, Decision{To: settlement.Confirmed, Flag: ReasonPartialReturn}},
-		{settlement.Sent, 1000, Decision{To: settlement.Failed, Definitive: true}},
-		{settlement.Uncertain, 1000, Decision{To: settlement.Failed, Definitive: true}},
-		{settlement.Sent, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
-		{settlement.Uncertain, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
-		{settlement.Pending, 400, Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
-		{settlement.Pending, 1000, Decision{To: settlement.Failed, Definitive: true}},
-		{settlement.Returned, 1000, Decision{To: settlement.Returned}},
-		{settlement.Failed, 400, Decision{To: settlement.Failed}},
+		{"full", settlement.Confirmed, line(minor(1000), "EUR", "AC04"), Decision{To: settlement.Returned, WriteReversal: true, Definitive: true}},
+		{"reversal mark only", settlement.Confirmed, LineFacts{AmountMinor: minor(1000), Currency: "EUR", Reversal: true}, Decision{To: settlement.Returned, WriteReversal: true, Definitive: true}},
+		{"partial", settlement.Confirmed, line(minor(400), "EUR", "AC04"), Decision{To: settlement.Confirmed, Flag: ReasonPartialReturn}},
+		{"zero", settlement.Confirmed, line(minor(0), "EUR", "AC04"), mismatch(settlement.Confirmed)},
+		{"no amount", settlement.Confirmed, line(nil, "EUR", "AC04"), mismatch(settlement.Confirmed)},
+		{"other currency", settlement.Confirmed, line(minor(1000), "USD", "AC04"), mismatch(settlement.Confirmed)},
+		{"no return information", settlement.Confirmed, line(minor(1000), "EUR", ""), Decision{To: settlement.Confirmed}},
+		{"zero without return information", settlement.Uncertain, line(minor(0), "EUR", ""), Decision{To: settlement.Uncertain}},
+		{"full, sent", settlement.Sent, line(minor(1000), "EUR", "AC04"), Decision{To: settlement.Sent}},
+		{"full, uncertain", settlement.Uncertain, line(minor(1000), "EUR", "AC04"), Decision{To: settlement.Uncertain}},
+		{"full, pending after an attempt", settlement.Pending, line(minor(1000), "EUR", "AC04"), Decision{To: settlement.Pending}},
+		{"zero, uncertain", settlement.Uncertain, line(minor(0), "EUR", "AC04"), mismatch(settlement.Uncertain)},
+		{"zero, sent", settlement.Sent, line(minor(0), "EUR", "AC04"), mismatch(settlement.Uncertain)},
+		{"other currency, sent", settlement.Sent, line(minor(1000), "JPY", "AC04"), mismatch(settlement.Uncertain)},
+		{"partial, sent", settlement.Sent, line(minor(400), "EUR", "AC04"), Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
+		{"partial, uncertain", settlement.Uncertain, line(minor(400), "EUR", "AC04"), Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
+		{"partial, pending", settlement.Pending, line(minor(400), "EUR", "AC04"), Decision{To: settlement.Uncertain, Flag: ReasonPartialReturn}},
+		{"returned", settlement.Returned, line(minor(1000), "EUR", "AC04"), Decision{To: settlement.Returned}},
+		{"failed", settlement.Failed, line(minor(0), "EUR", "AC04"), Decision{To: settlement.Failed}},
 	}
 	for _, tc := range tests {
-		t.Run(fmt.Sprintf("%s/%d", tc.state, tc.amount), func(t *testing.T) {
-			got := DecideReturn(facts0(tc.state, t0), policy, now, tc.amount, "AC04")
+		t.Run(tc.name, func(t *testing.T) {
+			got := DecideReturn(facts0(tc.state, t0), tc.line)
 			got.Reason = ""
 			if got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
+			if got.To == settlement.Failed && tc.state != settlement.Failed {
+				t.Errorf("a statement failed a %s settlement", tc.state)
+			}
 		})
 	}
 	// A return of a settlement never sent contradicts our records.
-	got := DecideReturn(facts0(settlement.Pending, time.Time{}), policy, now, 1000, "AC04")
+	got := DecideReturn(facts0(settlement.Pending, time.Time{}), line(minor(1000), "EUR", "AC04"))
 	if got.To != settlement.Uncertain || got.Flag != ReasonReturnNeverSent || got.WriteReversal || got.WriteMovement {
 		t.Errorf("a return of a settlement never sent: %+v, want uncertain flagged %s", got, ReasonReturnNeverSent)
 	}

@@ -37,7 +37,7 @@ func TestStatementResolvesLostAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im := &StatementImporter{DB: b.db.Pool, Returns: b.r}
+	im := &StatementImporter{DB: b.db.Pool, Returns: b.r, Accounts: []string{"acc-1"}}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	wg.Go(func() {
@@ -79,7 +79,7 @@ func TestStatementPaysAnotherAmount(t *testing.T) {
 	if _, err := b.r.Send(ctx, "paid-other", nil); err != nil {
 		t.Fatal(err)
 	}
-	out, err := b.r.ApplyPaid(ctx, "paid-other", "statement", 499, "E1")
+	out, err := b.r.ApplyPaid(ctx, "paid-other", "statement", LineFacts{Line: "1.1 E1", AmountMinor: minor(499), Currency: "EUR"})
 	if err != nil || out.FlagReason != ReasonStatementMismatch {
 		t.Fatalf("ApplyPaid of another amount: %+v, %v; want flagged %s", out, err, ReasonStatementMismatch)
 	}
@@ -92,22 +92,28 @@ func TestStatementPaysAnotherAmount(t *testing.T) {
 func TestDecidePaid(t *testing.T) {
 	t.Parallel()
 	confirm := Decision{To: settlement.Confirmed, WriteMovement: true, Definitive: true}
+	mismatch := Decision{To: settlement.Uncertain, Flag: ReasonStatementMismatch}
 	for _, tt := range []struct {
-		name   string
-		f      Facts
-		amount int64
-		want   Decision
+		name string
+		f    Facts
+		line LineFacts
+		want Decision
 	}{
-		{"sent", facts0(settlement.Sent, t0), 1000, confirm},
-		{"uncertain", facts0(settlement.Uncertain, t0), 1000, confirm},
-		{"pending after an attempt", facts0(settlement.Pending, t0), 1000, confirm},
-		{"another amount", facts0(settlement.Sent, t0), 999, Decision{To: settlement.Uncertain, Flag: ReasonStatementMismatch}},
-		{"never attempted", facts0(settlement.Pending, time.Time{}), 1000, Decision{To: settlement.Pending}},
-		{"already confirmed", facts0(settlement.Confirmed, t0), 1000, Decision{To: settlement.Confirmed}},
-		{"failed stays failed", facts0(settlement.Failed, t0), 1000, Decision{To: settlement.Failed}},
-		{"returned stays returned", facts0(settlement.Returned, t0), 1000, Decision{To: settlement.Returned}},
+		{"sent", facts0(settlement.Sent, t0), line(minor(1000), "EUR", ""), confirm},
+		{"uncertain", facts0(settlement.Uncertain, t0), line(minor(1000), "EUR", ""), confirm},
+		{"pending after an attempt", facts0(settlement.Pending, t0), line(minor(1000), "EUR", ""), confirm},
+		{"another amount", facts0(settlement.Sent, t0), line(minor(999), "EUR", ""), mismatch},
+		{"another currency", facts0(settlement.Uncertain, t0), line(minor(1000), "JPY", ""), mismatch},
+		{"no amount", facts0(settlement.Sent, t0), line(nil, "EUR", ""), mismatch},
+		{"zero", facts0(settlement.Uncertain, t0), line(minor(0), "EUR", ""), mismatch},
+		{"a debit marked as a return", facts0(settlement.Uncertain, t0), line(minor(1000), "EUR", "AC04"), Decision{To: settlement.Uncertain}},
+		{"a reversal", facts0(settlement.Sent, t0), LineFacts{AmountMinor: minor(1000), Currency: "EUR", Reversal: true}, Decision{To: settlement.Sent}},
+		{"never attempted", facts0(settlement.Pending, time.Time{}), line(minor(1000), "EUR", ""), Decision{To: settlement.Pending}},
+		{"already confirmed", facts0(settlement.Confirmed, t0), line(minor(1000), "EUR", ""), Decision{To: settlement.Confirmed}},
+		{"failed stays failed", facts0(settlement.Failed, t0), line(minor(1000), "EUR", ""), Decision{To: settlement.Failed}},
+		{"returned stays returned", facts0(settlement.Returned, t0), line(minor(1000), "EUR", ""), Decision{To: settlement.Returned}},
 	} {
-		got := DecidePaid(tt.f, tt.amount, "E1")
+		got := DecidePaid(tt.f, tt.line)
 		got.Reason = ""
 		if got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)

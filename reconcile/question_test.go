@@ -176,11 +176,11 @@ func TestAfterConfirmation(t *testing.T) {
 		t.Errorf("failed before it settled there: %+v, want failed", d)
 	}
 	for _, st := range []settlement.State{settlement.Sent, settlement.Uncertain, settlement.Pending} {
-		if d := DecideReturn(facts0(st, t0), policy, t0, 1000, "AC04"); d.To != settlement.Failed || d.WriteReversal {
-			t.Errorf("a return of a %s settlement: %+v, want failed, no movement", st, d)
+		if d := DecideReturn(facts0(st, t0), line(minor(1000), "EUR", "AC04")); d.Moves(st) || d.WriteReversal {
+			t.Errorf("a statement's return of a %s settlement: %+v, want it left as it is, no movement", st, d)
 		}
 	}
-	if d := DecideReturn(facts0(settlement.Returned, t0), policy, t0, 1000, ""); d.Moves(settlement.Returned) || d.WriteReversal {
+	if d := DecideReturn(facts0(settlement.Returned, t0), line(minor(1000), "EUR", "AC04")); d.Moves(settlement.Returned) || d.WriteReversal {
 		t.Errorf("a second return: %+v, want nothing", d)
 	}
 	p := policy

@@ -792,20 +792,21 @@ func nullable(s string) *string {
 	return &s
 }
 
-// ApplyReturn books a return reported by another source than the bank's
-// status API (source names it: "statement"): a confirmed settlement
-// returned for its amount moves to returned with its reversal, in one
-// transaction; one never confirmed fails; another amount is flagged; a
-// settlement already returned or failed is left as it is. Any number of
-// sources may report the same return, in any order, at once: the
-// optimistic transition and UNIQUE (settlement_id, kind) book one
-// reversal.
-func (r *Resolver) ApplyReturn(ctx context.Context, settlementID, source string, amount int64, reason string) (Outcome, error) {
+// ApplyReturn books a credit line reported by another source than the
+// bank's status API (source names it: "statement") as DecideReturn
+// decides: a return of a confirmed settlement's amount in its currency
+// moves it to returned with its reversal, in one transaction; an unknown
+// or zero amount, another currency or another amount is flagged; a credit
+// without return information, a settlement never confirmed, or one
+// already returned or failed is left as it is. Any number of sources may
+// report the same return, in any order, at once: the optimistic transition
+// and UNIQUE (settlement_id, kind) book one reversal.
+func (r *Resolver) ApplyReturn(ctx context.Context, settlementID, source string, l LineFacts) (Outcome, error) {
 	f, err := r.load(ctx, settlementID)
 	if err != nil {
 		return Outcome{}, err
 	}
-	d := DecideReturn(f.Facts, r.policy(), r.now(), amount, reason)
+	d := DecideReturn(f.Facts, l)
 	d.Source = source
 	d.Reason = source + ": " + d.Reason
 	if !d.Moves(f.State) && d.Flag == "" {

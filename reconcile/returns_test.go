@@ -99,7 +99,7 @@ func TestReturnFromEverySourceAtOnce(t *testing.T) {
 			errs <- err
 		})
 		wg.Go(func() {
-			_, err := b.r.ApplyReturn(ctx, "ret-race", "statement", 900, "MS03")
+			_, err := b.r.ApplyReturn(ctx, "ret-race", "statement", LineFacts{Line: "1.1", AmountMinor: minor(900), Currency: "EUR", ReturnReason: "MS03"})
 			errs <- err
 		})
 		wg.Go(func() {
@@ -152,9 +152,10 @@ func TestReturnRolledBackLeavesNeither(t *testing.T) {
 	}
 }
 
-// TestReturnOfWhatWasNeverConfirmed and of another amount: a return of a
-// settlement still sent fails it with no movement; a partial return flags
-// the confirmed settlement, never guessed.
+// TestReturnOfWhatWasNeverConfirmed and of another amount: a statement's
+// return of a settlement still sent leaves it sent with no movement (the
+// bank's status decides); a partial return flags the confirmed
+// settlement, never guessed.
 func TestReturnOfWhatWasNeverConfirmedAndPartialReturns(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, bankclient.Faults{SettleDelayMS: 60_000})
@@ -163,15 +164,15 @@ func TestReturnOfWhatWasNeverConfirmedAndPartialReturns(t *testing.T) {
 	if out, err := b.r.Send(ctx, "ret-sent", nil); err != nil || out.State != settlement.Sent {
 		t.Fatalf("send: %+v, %v", out, err)
 	}
-	if out, err := b.r.ApplyReturn(ctx, "ret-sent", "statement", 100, "AC01"); err != nil || out.State != settlement.Failed {
-		t.Errorf("a return of a sent settlement: %+v, %v; want failed", out, err)
+	if out, err := b.r.ApplyReturn(ctx, "ret-sent", "statement", LineFacts{AmountMinor: minor(100), Currency: "EUR", ReturnReason: "AC01"}); err != nil || out.State != settlement.Sent {
+		t.Errorf("a statement's return of a sent settlement: %+v, %v; want it left sent", out, err)
 	}
 	if got := bookedMovements(t, b, "ret-sent"); len(got) != 0 {
 		t.Errorf("movements %v, want none", got)
 	}
 
 	c, _ := confirmedBundle(t, "ret-part", 1000)
-	out, err := c.r.ApplyReturn(ctx, "ret-part", "statement", 400, "AM05")
+	out, err := c.r.ApplyReturn(ctx, "ret-part", "statement", LineFacts{AmountMinor: minor(400), Currency: "EUR", ReturnReason: "AM05"})
 	if err != nil || out.State != settlement.Confirmed || out.FlagReason != ReasonPartialReturn {
 		t.Errorf("a partial return: %+v, %v; want confirmed and flagged %s", out, err, ReasonPartialReturn)
 	}

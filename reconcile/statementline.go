@@ -46,11 +46,38 @@ type StatementLine struct {
 	ValueOn          *string `json:"value_on"`
 	Reversal         bool    `json:"reversal"`
 	ReturnReason     *string `json:"return_reason"`
+	// Problem, for a line matched by reference, says why it books nothing
+	// on its settlement (see lineProblemSQL); empty when nothing stands in
+	// its way.
+	Problem string `json:"problem,omitempty"`
 }
 
-// Return reports whether the line brings money back to the account that
-// paid: a credit (settle's payouts are debits), a return or a reversal.
-func (l StatementLine) Return() bool { return l.Direction == "credit" }
+// Return reports whether the line brings a payout back to the account
+// that paid: a credit (settle's payouts are debits) that carries return
+// information (a return reason or a reversal mark).
+func (l StatementLine) Return() bool {
+	return l.Direction == "credit" && (l.Reversal || l.ReturnReason != nil)
+}
+
+// lineProblemSQL says why a line e matched by reference books nothing on
+// its settlement s, as DecidePaid and DecideReturn decide it; NULL when
+// nothing stands in its way (a debit that is a reversal or return pays
+// nothing, and says so too).
+const lineProblemSQL = `CASE
+	WHEN e.direction = 'debit' AND (e.reversal OR e.return_reason IS NOT NULL)
+		THEN 'a debit marked as a return or reversal: it pays nothing'
+	WHEN e.direction = 'credit' AND NOT e.reversal AND e.return_reason IS NULL
+		THEN 'a credit without return information (no return reason, no reversal mark): not a return'
+	WHEN e.amount_minor IS NULL THEN 'no amount in ' || e.currency || ': nothing booked'
+	WHEN e.amount_minor = 0 THEN 'an amount of zero: nothing booked'
+	WHEN e.currency <> s.currency
+		THEN 'another currency: ' || e.amount_minor || ' ' || e.currency || ', the settlement is ' || s.amount_cents || ' ' || s.currency || ': nothing booked'
+	WHEN e.amount_minor <> s.amount_cents
+		THEN 'another amount: ' || e.amount_minor || ' ' || e.currency || ', the settlement is ' || s.amount_cents || ' ' || s.currency || ': nothing booked'
+	END`
+
+// lineIsReturnSQL holds for a line e that brings a payout back.
+const lineIsReturnSQL = `(e.direction = 'credit' AND (e.reversal OR e.return_reason IS NOT NULL))`
 
 // BalanceBreak is a statement whose opening balance plus its entries is not
 // its closing balance. It is no settlement's: SettlementID is always nil
@@ -87,12 +114,13 @@ type rowQuerier interface {
 const lineSelect = `SELECT e.settlement_id, coalesce(e.suggested_settlement_id, ''), coalesce(e.suggestion, ''),
 	f.file_name, st.digest, st.account, e.position, e.tx_index, e.tx_count, e.entry_ref, e.end_to_end_id,
 	e.amount_minor, e.entry_amount_minor, e.currency, e.direction, to_char(e.booked_on, 'YYYY-MM-DD'),
-	to_char(e.value_on, 'YYYY-MM-DD'), e.reversal, e.return_reason`
+	to_char(e.value_on, 'YYYY-MM-DD'), e.reversal, e.return_reason,
+	coalesce((SELECT ` + lineProblemSQL + ` FROM settlements s WHERE s.settlement_id = e.settlement_id), '')`
 
 func (l *StatementLine) scanTargets() []any {
 	return []any{&l.SettlementID, &l.SuggestedSettlementID, &l.Suggestion, &l.File, &l.Statement, &l.Account,
 		&l.Position, &l.TxIndex, &l.TxCount, &l.EntryRef, &l.EndToEndID, &l.AmountMinor, &l.EntryAmountMinor,
-		&l.Currency, &l.Direction, &l.BookedOn, &l.ValueOn, &l.Reversal, &l.ReturnReason}
+		&l.Currency, &l.Direction, &l.BookedOn, &l.ValueOn, &l.Reversal, &l.ReturnReason, &l.Problem}
 }
 
 // eachLine runs sql (which starts with lineSelect) and calls fn for each

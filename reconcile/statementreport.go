@@ -78,7 +78,12 @@ const stmtClassifySQL = `
 		SELECT DISTINCT ON (x.bk) x.settlement_id, x.direction, x.amount_minor, x.currency
 		FROM (SELECT e.id, e.settlement_id, e.direction, e.amount_minor, e.currency, ` + bookingKey + ` AS bk
 		      FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
-		      WHERE e.settlement_id IS NOT NULL) x
+		      WHERE e.settlement_id IS NOT NULL
+		        -- A payment is a debit that is no reversal or return, a
+		        -- return a credit that carries return information: a
+		        -- line that is neither pays nor brings back anything.
+		        AND CASE WHEN e.direction = 'debit' THEN NOT e.reversal AND e.return_reason IS NULL
+		                 ELSE e.reversal OR e.return_reason IS NOT NULL END) x
 		ORDER BY x.bk, x.id
 	), b AS (
 		SELECT settlement_id,
@@ -230,10 +235,12 @@ func (r *StatementReporter) streamBreaks(ctx context.Context, tx pgx.Tx, lastImp
 		                        'amount_minor', e.amount_minor, 'entry_amount_minor', e.entry_amount_minor,
 		                        'currency', e.currency, 'direction', e.direction,
 		                        'booked_on', to_char(e.booked_on, 'YYYY-MM-DD'), 'value_on', to_char(e.value_on, 'YYYY-MM-DD'),
-		                        'reversal', e.reversal, 'return_reason', e.return_reason)
+		                        'reversal', e.reversal, 'return_reason', e.return_reason,
+		                        'problem', (`+lineProblemSQL+`))
 		                        ORDER BY f.id, st.seq, e.position, e.tx_index)
 		                 FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
 		                 JOIN bank_statement_files f ON f.id = st.file_id
+		                 JOIN settlements s ON s.settlement_id = e.settlement_id
 		                 WHERE e.settlement_id = c.settlement_id), '[]'::json)
 		FROM c
 		WHERE c.class IN ('missing_in_ledger', 'missing_at_bank', 'amount_mismatch', 'status_mismatch',
@@ -307,6 +314,8 @@ func (b Break) statementSide() string {
 				how += " (" + *l.ReturnReason + ")"
 			}
 			back = append(back, how+" "+where)
+		} else if l.Problem != "" {
+			paid = append(paid, "a line of "+where+" that books nothing ("+l.Problem+")")
 		} else {
 			paid = append(paid, "paid "+where)
 		}

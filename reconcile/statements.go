@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -28,11 +28,47 @@ import (
 // 0005): run settle migrate.
 var ErrSchemaNotCurrent = errors.New("the database schema is not current (run settle migrate)")
 
+// ErrNoStatementAccount: an importer was given no account its statements
+// may be for (StatementImporter.Accounts, `--statement-account`).
+var ErrNoStatementAccount = errors.New("no statement account declared: a statement cannot be checked against the accounts settle pays from")
+
+// ErrUndeclaredAccount: a statement of the file is for an account that is
+// not one of StatementImporter.Accounts, or names none. Errors matching it
+// are *AccountError.
+var ErrUndeclaredAccount = errors.New("not a declared statement account")
+
+// AccountError is a file refused because one of its statements is for an
+// account the operator did not declare: nothing of the file is stored.
+type AccountError struct {
+	File string
+	// Statement is the statement's place in the file, from 1.
+	Statement int
+	// Account is the account as the statement names it ("" for none).
+	Account string
+	// Declared are the accounts the importer accepts.
+	Declared []string
+}
+
+// Error reads "file: statement N: account "X" is not a declared statement
+// account (declared: …): nothing of the file is stored".
+func (e *AccountError) Error() string {
+	what := fmt.Sprintf("account %q is %s", e.Account, ErrUndeclaredAccount)
+	if e.Account == "" {
+		what = "names no account, so it cannot be one of the declared statement accounts"
+	}
+	return fmt.Sprintf("%s: statement %d: %s (declared: %s): nothing of the file is stored",
+		e.File, e.Statement, what, strings.Join(e.Declared, ", "))
+}
+
+// Is makes errors.Is(err, ErrUndeclaredAccount) hold.
+func (e *AccountError) Is(target error) bool { return target == ErrUndeclaredAccount } //nolint:errorlint // our own sentinel
+
 // Defaults of StatementImporter.
 const (
 	DefaultMaxListed  = 1000
 	importCopyBatch   = 1000
 	importStageTable  = "settle_import_lines"
+	importStmtTable   = "settle_import_statements"
 	importSessionWait = "15min"
 )
 
@@ -62,14 +98,39 @@ const (
 // are listed and, with Returns set, handed to the return flow (DESIGN
 // section 15) once the import committed.
 //
+// # Accounts
+//
+// Every statement of the file must be for one of Accounts, the accounts
+// the operator declared (compared without spaces and case, as IBANs are
+// written both ways); a statement for another account, or naming none,
+// refuses the whole file with an *AccountError and nothing is stored. With
+// no account declared nothing is imported (ErrNoStatementAccount): a file
+// of somebody else's account must never book anything.
+//
+// # What books what
+//
+// A matched debit that is neither a reversal nor marked as a return pays
+// its settlement (DecidePaid); a matched credit is a return only when it
+// carries return information (camt RtrInf or RvslInd, the MT940 /RTRN/ or
+// RD, the BAI2 return item types) (DecideReturn). Amount and currency
+// must both be the settlement's; a line whose amount is unknown or zero,
+// or in another currency or for another amount, is flagged on its
+// settlement, never booked. A statement never fails a settlement. Lines
+// not booked are listed with why (ImportResult.NotBookedEntries), and one
+// that cannot be booked never keeps the others from being booked.
+//
 // # Memory stays flat
 //
-// The file is read twice: once to hash it, once by statement.Decoder, a
-// stream; lines are copied to a temporary table in batches and matched by
-// one INSERT … SELECT, so the process holds one batch at a time.
+// The file is read once, by statement.Decoder, a stream, and hashed as it
+// is read (the digest is that of the bytes parsed); lines are copied to a
+// temporary table in batches and matched by one INSERT … SELECT, so the
+// process holds one batch at a time.
 type StatementImporter struct {
 	// DB is the database (required).
 	DB *pgxpool.Pool
+	// Accounts are the accounts the statements may be for (required; see
+	// Accounts above).
+	Accounts []string
 	// MaxListed bounds each list of an ImportResult. Default
 	// DefaultMaxListed; `settle reconcile bank --statements` lists all.
 	MaxListed int
@@ -111,21 +172,31 @@ type ImportResult struct {
 	Matched   int64 `json:"matched"`
 	Suggested int64 `json:"suggested"`
 	Unmatched int64 `json:"unmatched"`
-	// Returns counts the matched lines that bring a payout back (returns
-	// and reversals); Unbalanced the statements that do not balance.
+	// Returns counts the matched credits that bring a payout back (they
+	// carry return information: returns and reversals); Unbalanced the
+	// statements that do not balance.
 	Returns    int64 `json:"returns"`
 	Unbalanced int   `json:"unbalanced"`
+	// NotBooked counts the matched lines that book nothing on their
+	// settlement because of what they say (no amount, a zero amount,
+	// another currency or amount than the settlement's, a credit without
+	// return information, a debit marked as a return); each has its
+	// Problem. Those that would have moved their settlement flag it
+	// statement_amount_mismatch (or partial_return) instead.
+	NotBooked int64 `json:"not_booked"`
 	// The lines and statements behind the counts, at most MaxListed each,
 	// in file order.
 	UnmatchedEntries []StatementLine `json:"unmatched_entries"`
 	Returned         []StatementLine `json:"returned"`
 	BalanceBreaks    []BalanceBreak  `json:"balance_breaks"`
+	NotBookedEntries []StatementLine `json:"not_booked_entries"`
 }
 
 // Findings reports whether the file holds something an operator must look
-// at: lines no settlement explains, returns, statements that do not balance.
+// at: lines no settlement explains, returns, statements that do not
+// balance, lines not booked.
 func (r ImportResult) Findings() bool {
-	return r.Unmatched > 0 || r.Returns > 0 || r.Unbalanced > 0
+	return r.Unmatched > 0 || r.Returns > 0 || r.Unbalanced > 0 || r.NotBooked > 0
 }
 
 // Digest returns the file digest of r's bytes as stored:
@@ -154,28 +225,27 @@ func openFile(path string) (*os.File, error) {
 	return os.Open(path) //nolint:gosec // the operator names the file to import
 }
 
-// Import stores the statement file r, read from its start (name names it
-// in the result and in errors), in one transaction, unless the same bytes
-// were imported before. A file that is not a statement, or is malformed,
-// is refused with the parser's *statement.Error and nothing is stored.
-func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadSeeker) (ImportResult, error) {
-	if _, err := r.Seek(0, io.SeekStart); err != nil {
-		return ImportResult{}, fmt.Errorf("error reading %s: %w", name, err)
+// Import stores the statement file r (name names it in the result and in
+// errors) in one transaction, unless the same bytes were imported before.
+// r is read once, from where it stands to its end, and hashed as it is
+// parsed. A file that is not a statement, or is malformed, is refused with
+// the parser's *statement.Error, and one with a statement for an account
+// not declared with an *AccountError; nothing is stored.
+func (im *StatementImporter) Import(ctx context.Context, name string, r io.Reader) (ImportResult, error) {
+	if len(im.Accounts) == 0 {
+		return ImportResult{}, fmt.Errorf("error importing %s: %w", name, ErrNoStatementAccount)
 	}
-	digest, size, err := Digest(r)
-	if err != nil {
-		return ImportResult{}, fmt.Errorf("error reading %s: %w", name, err)
-	}
-	if _, err := r.Seek(0, io.SeekStart); err != nil {
-		return ImportResult{}, fmt.Errorf("error reading %s: %w", name, err)
-	}
+	src := &hashingReader{r: r, h: sha256.New()}
 	// The format is detected, and a file that is no statement refused,
 	// before the database is touched.
-	dec, err := statement.NewDecoder(name, r)
+	dec, err := statement.NewDecoder(name, src)
 	if err != nil {
 		return ImportResult{}, err
 	}
-	var res ImportResult
+	var (
+		res    ImportResult
+		digest string
+	)
 	err = pgx.BeginFunc(ctx, im.DB, func(tx pgx.Tx) error {
 		for _, sql := range []string{
 			// A second import of the same file waits for the first to end.
@@ -187,10 +257,20 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadS
 				return fmt.Errorf("error preparing the import: %w", err)
 			}
 		}
+		h, err := im.stage(ctx, tx, name, dec)
+		if err != nil {
+			return err
+		}
+		// What the parser left unread (nothing, for a well-formed file)
+		// is part of the file's bytes all the same.
+		if _, err := io.Copy(io.Discard, src); err != nil {
+			return fmt.Errorf("error reading %s: %w", name, err)
+		}
+		digest = src.digest()
 		var fileID int64
-		err := tx.QueryRow(ctx, `INSERT INTO bank_statement_files (digest, file_name, format, size_bytes)
+		err = tx.QueryRow(ctx, `INSERT INTO bank_statement_files (digest, file_name, format, size_bytes)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (digest) DO NOTHING RETURNING id`,
-			digest, clean(name), string(dec.Format()), size).Scan(&fileID)
+			digest, clean(name), string(dec.Format()), src.n).Scan(&fileID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Imported before (or just now by another process): report
 			// that import, change nothing.
@@ -204,7 +284,7 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadS
 		if err != nil {
 			return fmt.Errorf("error recording %s: %w", name, err)
 		}
-		if err := im.store(ctx, tx, fileID, digest, dec); err != nil {
+		if err := im.store(ctx, tx, fileID, digest, dec.Format(), h); err != nil {
 			return err
 		}
 		if res, err = im.result(ctx, tx, fileID); err != nil {
@@ -225,88 +305,124 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.ReadS
 		crash.Point(crash.StatementAfterCommit)
 	}
 	if im.Returns != nil {
-		if err := im.bookPayments(ctx, digest); err != nil {
-			return res, err
-		}
-		if err := im.bookReturns(ctx, digest); err != nil {
+		if err := im.book(ctx, digest); err != nil {
 			return res, err
 		}
 	}
 	im.log().Info("statement import", "file", name, "digest", digest, "format", res.Format, "imported", res.Imported,
 		"statements", res.Statements, "entries", res.Entries, "matched", res.Matched, "unmatched", res.Unmatched,
-		"returns", res.Returns, "unbalanced", res.Unbalanced)
+		"returns", res.Returns, "not_booked", res.NotBooked, "unbalanced", res.Unbalanced)
 	return res, nil
 }
 
-// bookPayments hands every matched line of the file with digest that pays
-// a settlement whose outcome settle does not know (sent, uncertain, or
-// pending after an attempt) to Resolver.ApplyPaid: the statement is the
-// bank's word that it executed the payment.
-func (im *StatementImporter) bookPayments(ctx context.Context, digest string) error {
-	rows, err := im.DB.Query(ctx, `SELECT e.settlement_id, e.amount_minor, coalesce(e.entry_ref, '')
+// hashingReader hashes and counts what is read through it.
+type hashingReader struct {
+	r io.Reader
+	h hash.Hash
+	n int64
+}
+
+func (r *hashingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.h.Write(p[:n])
+	r.n += int64(n)
+	return n, err
+}
+
+// digest is the file digest of what was read: "sha256:" and its hex.
+func (r *hashingReader) digest() string { return "sha256:" + hex.EncodeToString(r.h.Sum(nil)) }
+
+// accountKey is an account as compared with the declared ones: without
+// spaces, in upper case (an IBAN is written in groups of four or not, in
+// either case).
+func accountKey(s string) string {
+	return strings.ToUpper(strings.Join(strings.Fields(s), ""))
+}
+
+// checkAccount refuses statement seq of file name unless its account is
+// one of the declared ones.
+func (im *StatementImporter) checkAccount(name string, seq int, account string) error {
+	if k := accountKey(account); k != "" {
+		for _, a := range im.Accounts {
+			if accountKey(a) == k {
+				return nil
+			}
+		}
+	}
+	return &AccountError{File: name, Statement: seq, Account: account, Declared: im.Accounts}
+}
+
+// bookLine is a line of the file matched to a settlement, to book.
+type bookLine struct {
+	id        string
+	direction string
+	facts     LineFacts
+}
+
+// book hands the matched lines of the file with digest to the resolver,
+// payments first, then returns: every debit that may pay a settlement
+// whose outcome settle does not know (sent, uncertain, or pending after an
+// attempt) to Resolver.ApplyPaid, the statement being the bank's word that
+// it executed the payment; every credit to Resolver.ApplyReturn, which
+// books it only when it is a return of the settlement's amount and
+// currency. A line that cannot be booked never stops the others: the
+// errors are returned together at the end.
+func (im *StatementImporter) book(ctx context.Context, digest string) error {
+	rows, err := im.DB.Query(ctx, `SELECT e.settlement_id, e.direction, e.amount_minor, e.currency, e.reversal,
+		coalesce(e.return_reason, ''), coalesce(e.entry_ref, ''), st.seq, e.position, e.tx_index
 		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
 		JOIN bank_statement_files f ON f.id = st.file_id
 		JOIN settlements s ON s.settlement_id = e.settlement_id
-		WHERE f.digest = $1 AND e.direction = 'debit' AND NOT e.reversal
-		  AND (s.state IN ('sent', 'uncertain') OR (s.state = 'pending' AND s.first_attempt_at IS NOT NULL))
-		ORDER BY st.seq, e.position, e.tx_index`, digest)
+		WHERE f.digest = $1
+		  AND (e.direction = 'credit'
+		       OR (NOT e.reversal AND (s.state IN ('sent', 'uncertain') OR (s.state = 'pending' AND s.first_attempt_at IS NOT NULL))))
+		ORDER BY e.direction = 'credit', st.seq, e.position, e.tx_index`, digest)
 	if err != nil {
-		return fmt.Errorf("error reading the payments of the statement: %w", err)
+		return fmt.Errorf("error reading the matched lines of the statement: %w", err)
 	}
-	type paid struct {
-		id, entry string
-		amount    int64
-	}
-	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (paid, error) {
-		var p paid
-		return p, row.Scan(&p.id, &p.amount, &p.entry)
+	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (bookLine, error) {
+		var (
+			l             bookLine
+			ref           string
+			seq, pos, idx int
+		)
+		err := row.Scan(&l.id, &l.direction, &l.facts.AmountMinor, &l.facts.Currency, &l.facts.Reversal,
+			&l.facts.ReturnReason, &ref, &seq, &pos, &idx)
+		l.facts.Line = fmt.Sprintf("%d.%d", seq, pos)
+		if idx > 1 {
+			l.facts.Line += fmt.Sprintf(" (detail %d)", idx)
+		}
+		if ref != "" {
+			l.facts.Line += " " + ref
+		}
+		return l, err
 	})
 	if err != nil {
-		return fmt.Errorf("error reading the payments of the statement: %w", err)
+		return fmt.Errorf("error reading the matched lines of the statement: %w", err)
 	}
-	for _, p := range lines {
-		out, err := im.Returns.ApplyPaid(ctx, p.id, "statement", p.amount, p.entry)
+	var errs []error
+	for _, l := range lines {
+		var (
+			out Outcome
+			err error
+		)
+		if l.direction == "credit" {
+			out, err = im.Returns.ApplyReturn(ctx, l.id, "statement", l.facts)
+		} else {
+			out, err = im.Returns.ApplyPaid(ctx, l.id, "statement", l.facts)
+		}
 		if err != nil {
-			return fmt.Errorf("error booking the payment of settlement %s: %w", p.id, err)
+			errs = append(errs, fmt.Errorf("error booking line %s of settlement %s: %w", l.facts.Line, l.id, err))
+			continue
 		}
 		if out.State != out.From || out.FlagReason != "" {
-			im.log().Info("statement: payment resolved", "settlement_id", p.id, "from", out.From, "to", out.State, "needs_investigation", out.FlagReason)
+			im.log().Info("statement: line booked", "settlement_id", l.id, "line", l.facts.Line, "direction", l.direction,
+				"from", out.From, "to", out.State, "needs_investigation", out.FlagReason)
 		}
 	}
-	return nil
-}
-
-// bookReturns hands every matched line of the file with digest that brings
-// a payout back to the return flow.
-func (im *StatementImporter) bookReturns(ctx context.Context, digest string) error {
-	rows, err := im.DB.Query(ctx, `SELECT e.settlement_id, e.amount_minor, coalesce(e.return_reason, '')
-		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
-		JOIN bank_statement_files f ON f.id = st.file_id
-		WHERE f.digest = $1 AND e.settlement_id IS NOT NULL AND e.direction = 'credit'
-		ORDER BY st.seq, e.position, e.tx_index`, digest)
-	if err != nil {
-		return fmt.Errorf("error reading the returns of the statement: %w", err)
-	}
-	type ret struct {
-		id     string
-		amount int64
-		reason string
-	}
-	rets, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ret, error) {
-		var r ret
-		return r, row.Scan(&r.id, &r.amount, &r.reason)
-	})
-	if err != nil {
-		return fmt.Errorf("error reading the returns of the statement: %w", err)
-	}
-	for _, r := range rets {
-		out, err := im.Returns.ApplyReturn(ctx, r.id, "statement", r.amount, r.reason)
-		if err != nil {
-			return fmt.Errorf("error booking the return of settlement %s: %w", r.id, err)
-		}
-		if out.State != out.From {
-			im.log().Info("statement: return booked", "settlement_id", r.id, "from", out.From, "to", out.State)
-		}
+	if len(errs) > 0 {
+		return fmt.Errorf("error booking %d of the %d matched lines of the statement (the others are booked): %w",
+			len(errs), len(lines), errors.Join(errs...))
 	}
 	return nil
 }
@@ -318,22 +434,41 @@ func (im *StatementImporter) log() *slog.Logger {
 	return im.Log
 }
 
-// store decodes the file into the temporary table, inserts its statements
-// as they end, then its lines, matched, and the suggestions.
-func (im *StatementImporter) store(ctx context.Context, tx pgx.Tx, fileID int64, digest string, dec *statement.Decoder) error {
-	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE `+importStageTable+` (
+// stage decodes the file into temporary tables (its statements, its
+// lines), refusing a statement for an account not declared. Nothing is
+// written to the statement tables yet: the file's digest is known only
+// once it has been read.
+func (im *StatementImporter) stage(ctx context.Context, tx pgx.Tx, name string, dec *statement.Decoder) (*importHandler, error) {
+	for _, sql := range []string{`CREATE TEMP TABLE ` + importStageTable + ` (
 		stmt_seq integer NOT NULL, position integer NOT NULL, tx_index integer NOT NULL, tx_count integer NOT NULL,
 		entry_ref text, entry_amount_minor bigint NOT NULL, amount_minor bigint, currency text NOT NULL,
 		direction text NOT NULL, booked_on date, value_on date, end_to_end_id text, reversal boolean NOT NULL,
-		return_reason text, counterparty text) ON COMMIT DROP`); err != nil {
-		return fmt.Errorf("error preparing the import: %w", err)
+		return_reason text, counterparty text) ON COMMIT DROP`,
+		`CREATE TEMP TABLE ` + importStmtTable + ` (seq integer NOT NULL, account text, currency text,
+		opening_minor bigint, closing_minor bigint, balanced boolean, entries integer NOT NULL) ON COMMIT DROP`,
+	} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return nil, fmt.Errorf("error preparing the import: %w", err)
+		}
 	}
-	h := &importHandler{ctx: ctx, tx: tx, im: im, fileID: fileID, digest: digest, format: dec.Format()}
+	h := &importHandler{ctx: ctx, tx: tx, im: im, name: name}
 	if err := dec.Decode(h); err != nil {
-		return err
+		return nil, err
 	}
 	if err := h.flush(); err != nil {
-		return err
+		return nil, err
+	}
+	return h, nil
+}
+
+// store moves the staged file into the statement tables under fileID: its
+// statements, then its lines, matched, and the suggestions.
+func (im *StatementImporter) store(ctx context.Context, tx pgx.Tx, fileID int64, digest string, format statement.Format, h *importHandler) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO bank_statements (file_id, seq, digest, format, account, currency,
+		opening_minor, closing_minor, balanced, entries)
+		SELECT $1, seq, $2 || '/' || seq, $3, account, currency, opening_minor, closing_minor, balanced, entries
+		FROM `+importStmtTable+` ORDER BY seq`, fileID, digest, string(format)); err != nil {
+		return fmt.Errorf("error storing the statements: %w", err)
 	}
 	if _, err := tx.Exec(ctx, insertLinesSQL, fileID); err != nil {
 		return fmt.Errorf("error storing the entries: %w", err)
@@ -410,11 +545,10 @@ type importHandler struct {
 	ctx     context.Context
 	tx      pgx.Tx
 	im      *StatementImporter
-	fileID  int64
-	digest  string
-	format  statement.Format
-	seq     int // statements ended so far
-	pos     int // entries of the current statement so far
+	name    string
+	checked bool // the current statement's account was checked
+	seq     int  // statements ended so far
+	pos     int  // entries of the current statement so far
 	entries int64
 	rows    [][]any
 }
@@ -423,7 +557,15 @@ var stageColumns = []string{"stmt_seq", "position", "tx_index", "tx_count", "ent
 	"amount_minor", "currency", "direction", "booked_on", "value_on", "end_to_end_id", "reversal", "return_reason",
 	"counterparty"}
 
-func (h *importHandler) Entry(_ *statement.Statement, e statement.Entry) error {
+func (h *importHandler) Entry(st *statement.Statement, e statement.Entry) error {
+	if !h.checked {
+		// The account comes before the entries in every format: a file
+		// of another account is refused at its first entry.
+		if err := h.im.checkAccount(h.name, h.seq+1, st.Account); err != nil {
+			return err
+		}
+		h.checked = true
+	}
 	h.pos++
 	h.entries++
 	booked, err := date(e.BookedOn)
@@ -458,14 +600,16 @@ func (h *importHandler) Entry(_ *statement.Statement, e statement.Entry) error {
 
 func (h *importHandler) EndStatement(st *statement.Statement) error {
 	h.seq++
-	_, err := h.tx.Exec(h.ctx, `INSERT INTO bank_statements (file_id, seq, digest, format, account, currency,
-		opening_minor, closing_minor, balanced, entries) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-		h.fileID, h.seq, h.digest+"/"+strconv.Itoa(h.seq), string(h.format), nullText(st.Account), nullText(st.Currency),
-		st.OpeningMinor, st.ClosingMinor, st.Balanced, h.pos)
+	if err := h.im.checkAccount(h.name, h.seq, st.Account); err != nil {
+		return err
+	}
+	_, err := h.tx.Exec(h.ctx, `INSERT INTO `+importStmtTable+` (seq, account, currency, opening_minor, closing_minor,
+		balanced, entries) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		h.seq, nullText(st.Account), nullText(st.Currency), st.OpeningMinor, st.ClosingMinor, st.Balanced, h.pos)
 	if err != nil {
 		return fmt.Errorf("error storing statement %d: %w", h.seq, err)
 	}
-	h.pos = 0
+	h.pos, h.checked = 0, false
 	return nil
 }
 
@@ -520,7 +664,8 @@ func (im *StatementImporter) result(ctx context.Context, q rowQuerier, id int64)
 	if limit <= 0 {
 		limit = DefaultMaxListed
 	}
-	res := ImportResult{UnmatchedEntries: []StatementLine{}, Returned: []StatementLine{}, BalanceBreaks: []BalanceBreak{}}
+	res := ImportResult{UnmatchedEntries: []StatementLine{}, Returned: []StatementLine{}, BalanceBreaks: []BalanceBreak{},
+		NotBookedEntries: []StatementLine{}}
 	var format string
 	err := q.QueryRow(ctx, `SELECT digest, file_name, format, imported_at, statements, entries,
 		(SELECT count(*) FROM bank_statements st WHERE st.file_id = f.id AND st.balanced = false)
@@ -532,29 +677,34 @@ func (im *StatementImporter) result(ctx context.Context, q rowQuerier, id int64)
 	res.Format = statement.Format(format)
 	err = q.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE e.match = 'reference'),
 		count(*) FILTER (WHERE e.match = 'suggested'), count(*) FILTER (WHERE e.match <> 'reference'),
-		count(*) FILTER (WHERE e.match = 'reference' AND e.direction = 'credit')
-		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id WHERE st.file_id = $1`, id).
-		Scan(&res.Lines, &res.Matched, &res.Suggested, &res.Unmatched, &res.Returns)
+		count(*) FILTER (WHERE e.match = 'reference' AND `+lineIsReturnSQL+`),
+		count(*) FILTER (WHERE e.match = 'reference' AND (`+lineProblemSQL+`) IS NOT NULL)
+		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
+		LEFT JOIN settlements s ON s.settlement_id = e.settlement_id WHERE st.file_id = $1`, id).
+		Scan(&res.Lines, &res.Matched, &res.Suggested, &res.Unmatched, &res.Returns, &res.NotBooked)
 	if err != nil {
 		return res, fmt.Errorf("error counting the import's lines: %w", err)
 	}
 	from := ` FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
 		JOIN bank_statement_files f ON f.id = st.file_id WHERE st.file_id = $1 AND `
 	order := ` ORDER BY st.seq, e.position, e.tx_index LIMIT $2`
-	err = eachLine(ctx, q, lineSelect+from+"e.settlement_id IS NULL"+order, []any{id, limit}, func(l StatementLine) error {
-		res.UnmatchedEntries = append(res.UnmatchedEntries, l)
-		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("error listing unmatched lines: %w", err)
-	}
-	err = eachLine(ctx, q, lineSelect+from+"e.settlement_id IS NOT NULL AND e.direction = 'credit'"+order, []any{id, limit},
-		func(l StatementLine) error {
-			res.Returned = append(res.Returned, l)
+	for _, list := range []struct {
+		where string
+		to    *[]StatementLine
+		what  string
+	}{
+		{"e.settlement_id IS NULL", &res.UnmatchedEntries, "unmatched lines"},
+		{"e.settlement_id IS NOT NULL AND " + lineIsReturnSQL, &res.Returned, "returns"},
+		{"e.settlement_id IS NOT NULL AND EXISTS (SELECT 1 FROM settlements s WHERE s.settlement_id = e.settlement_id AND (" +
+			lineProblemSQL + ") IS NOT NULL)", &res.NotBookedEntries, "lines not booked"},
+	} {
+		err = eachLine(ctx, q, lineSelect+from+list.where+order, []any{id, limit}, func(l StatementLine) error {
+			*list.to = append(*list.to, l)
 			return nil
 		})
-	if err != nil {
-		return res, fmt.Errorf("error listing returns: %w", err)
+		if err != nil {
+			return res, fmt.Errorf("error listing %s: %w", list.what, err)
+		}
 	}
 	err = eachBalanceBreak(ctx, q, balanceBreakSelect+" AND st.file_id = $1 ORDER BY st.seq LIMIT $2", []any{id, limit},
 		func(b BalanceBreak) error {

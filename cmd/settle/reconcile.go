@@ -63,7 +63,42 @@ func cmdReconcile(ctx context.Context, args []string, s Stdio) int {
 	return (&reconcileCmd{s: s, now: time.Now}).run(ctx, args)
 }
 
+// outputWriter is the standard output of a form: it remembers the first
+// write that failed and refuses every later one, so that a report that
+// could not be written (a closed pipe, a full disk) is an error, never a
+// success.
+type outputWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	o.err = err
+	return n, err
+}
+
+// run runs the form args name. Whatever the form, output that could not
+// be written exits 2 (could not run): what was printed is not the report.
 func (c *reconcileCmd) run(ctx context.Context, args []string) int {
+	out := &outputWriter{w: c.s.Out}
+	inner := *c
+	inner.s.Out = out
+	code := inner.form(ctx, args)
+	if out.err != nil {
+		fmt.Fprintf(c.s.Err, "settle reconcile: error writing the output: %v\n", out.err)
+		return exitError
+	}
+	return code
+}
+
+func (c *reconcileCmd) form(ctx context.Context, args []string) int {
 	form := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		form, args = args[0], args[1:]

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -30,7 +31,21 @@ type importRefusal struct {
 	Error string `json:"error"`
 }
 
+// run runs the import; output that could not be written exits 2, as in
+// settle reconcile.
 func (c *importCmd) run(ctx context.Context, args []string) int {
+	out := &outputWriter{w: c.s.Out}
+	inner := *c
+	inner.s.Out = out
+	code := inner.importFiles(ctx, args)
+	if out.err != nil {
+		fmt.Fprintf(c.s.Err, "settle statement import: error writing the output: %v\n", out.err)
+		return exitError
+	}
+	return code
+}
+
+func (c *importCmd) importFiles(ctx context.Context, args []string) int {
 	fs := newFlagSet("statement import", "FILE... [--json]", `
 Import bank statement files (camt.053, camt.054, BAI2, MT940; detected from the
 content) into the database, each in one transaction, and match their lines to
@@ -44,10 +59,23 @@ listed (settle reconcile bank --statements reports them as returned). A file
 that is not a valid statement is refused whole: nothing of it is stored.
 FILE - reads standard input.
 
+Every statement must be for an account declared with --statement-account
+(repeat it, or separate accounts with commas; env SETTLE_STATEMENT_ACCOUNT;
+spaces and case do not count): a file with a statement for any other account,
+or naming none, is refused whole, and without a declared account nothing is
+imported. A matched line books only when its amount and currency are the
+settlement's (a credit only when it carries return information); a line with
+no amount, a zero amount, another currency or amount is flagged
+statement_amount_mismatch (partial_return for a return of another amount) and
+listed as not booked. A statement never fails a settlement.
+
 Exit status: 0 imported (or imported before), everything matched; 1 lines
-unmatched, returns, or a statement that does not balance; 2 a file could not
-be imported (the others are) or the database is unreachable.`, c.s)
-	asJSON := fs.Bool("json", false, `print {"files":[{"file","digest","format","imported","imported_as","imported_at","statements","entries","lines","matched","suggested","unmatched","returns","unbalanced","unmatched_entries":[...],"returned":[...],"balance_breaks":[...]}],"refused":[{"file","error"}]}`)
+unmatched, returns, lines not booked, or a statement that does not balance;
+2 a file could not be imported (the others are), no account is declared, or
+the database is unreachable.`, c.s)
+	asJSON := fs.Bool("json", false, `print {"files":[{"file","digest","format","imported","imported_as","imported_at","statements","entries","lines","matched","suggested","unmatched","returns","not_booked","unbalanced","unmatched_entries":[...],"returned":[...],"balance_breaks":[...],"not_booked_entries":[...]}],"refused":[{"file","error"}]}`)
+	var accounts accountList
+	fs.Var(&accounts, "statement-account", "an account the statements may be for (repeatable, or comma-separated; env SETTLE_STATEMENT_ACCOUNT); required")
 	limit := fs.Int("limit", 20, "lines printed per list in the table (--json lists up to 1000 per file; settle reconcile bank --statements lists all)")
 	files, code, done := parseArgs(fs, args)
 	if done {
@@ -57,12 +85,21 @@ be imported (the others are) or the database is unreachable.`, c.s)
 		fmt.Fprintln(c.s.Err, "settle statement import: no FILE given (see settle statement import --help)")
 		return exitError
 	}
+	if len(accounts) == 0 {
+		_ = accounts.Set(os.Getenv("SETTLE_STATEMENT_ACCOUNT"))
+	}
+	if len(accounts) == 0 {
+		// Strict: a file of another account must never book anything, and
+		// nothing here can tell which accounts settle pays from.
+		fmt.Fprintln(c.s.Err, "settle statement import: no statement account declared: name the accounts your statements are for with --statement-account (or SETTLE_STATEMENT_ACCOUNT); nothing imported")
+		return exitError
+	}
 	pool := c.open(ctx)
 	if pool == nil {
 		return exitError
 	}
 	defer pool.Close()
-	im := &reconcile.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}}
+	im := &reconcile.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Accounts: accounts}
 
 	code = exitOK
 	results := []reconcile.ImportResult{}
@@ -80,6 +117,9 @@ be imported (the others are) or the database is unreachable.`, c.s)
 		bar.Finish()
 		if err != nil {
 			msg := oneLine(err)
+			if errors.Is(err, reconcile.ErrUndeclaredAccount) {
+				msg += " (declare the account with --statement-account if its statements are settle's)"
+			}
 			fmt.Fprintf(c.s.Err, "settle statement import: %s\n", msg)
 			refused = append(refused, importRefusal{File: name, Error: msg})
 			code = exitError
@@ -107,22 +147,28 @@ be imported (the others are) or the database is unreachable.`, c.s)
 	return code
 }
 
-// importOne imports one file; "-" is standard input, copied to a temporary
-// file first (the importer reads a file twice: to hash it, then to parse it).
+// importOne imports one file; "-" is standard input, read once like a
+// file (the importer hashes what it parses).
 func (c *importCmd) importOne(ctx context.Context, im *reconcile.StatementImporter, name string) (reconcile.ImportResult, error) {
 	if name != "-" {
 		return im.ImportFile(ctx, name)
 	}
-	tmp, err := os.CreateTemp("", "settle-statement-*")
-	if err != nil {
-		return reconcile.ImportResult{}, fmt.Errorf("error buffering standard input: %w", err)
+	return im.Import(ctx, "-", c.s.In)
+}
+
+// accountList is --statement-account: repeatable, each value a
+// comma-separated list (as SETTLE_STATEMENT_ACCOUNT holds it).
+type accountList []string
+
+func (l *accountList) String() string { return strings.Join(*l, ",") }
+
+func (l *accountList) Set(v string) error {
+	for a := range strings.SplitSeq(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			*l = append(*l, a)
+		}
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	if _, err := io.Copy(tmp, c.s.In); err != nil {
-		return reconcile.ImportResult{}, fmt.Errorf("error reading standard input: %w", err)
-	}
-	return im.Import(ctx, "-", tmp)
+	return nil
 }
 
 // open connects to the database and checks that it answers.
@@ -147,10 +193,11 @@ func printImport(w io.Writer, r reconcile.ImportResult, limit int) {
 		what = fmt.Sprintf("already imported on %s as %s: nothing changed", r.ImportedAt.UTC().Format(time.RFC3339), r.ImportedAs)
 	}
 	fmt.Fprintf(w, "%s: %s, %s (%s)\n", r.File, what, r.Format, r.Digest)
-	fmt.Fprintf(w, "  %d statements, %d entries, %d lines: %d matched, %d unmatched (%d with a suggestion), %d returns, %d statements that do not balance\n",
-		r.Statements, r.Entries, r.Lines, r.Matched, r.Unmatched, r.Suggested, r.Returns, r.Unbalanced)
+	fmt.Fprintf(w, "  %d statements, %d entries, %d lines: %d matched, %d unmatched (%d with a suggestion), %d returns, %d not booked, %d statements that do not balance\n",
+		r.Statements, r.Entries, r.Lines, r.Matched, r.Unmatched, r.Suggested, r.Returns, r.NotBooked, r.Unbalanced)
 	printLines(w, "unmatched", r.UnmatchedEntries, r.Unmatched, limit)
 	printLines(w, "returned", r.Returned, r.Returns, limit)
+	printLines(w, "not booked (flagged on their settlement where they would have moved it)", r.NotBookedEntries, r.NotBooked, limit)
 	if len(r.BalanceBreaks) > 0 {
 		fmt.Fprintf(w, "\n  statements that do not balance (%d)\n", r.Unbalanced)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -217,6 +264,9 @@ func lineNote(l reconcile.StatementLine) string {
 	}
 	if l.ReturnReason != nil {
 		notes = append(notes, "return "+*l.ReturnReason)
+	}
+	if l.Problem != "" {
+		notes = append(notes, l.Problem)
 	}
 	if l.SuggestedSettlementID != "" {
 		notes = append(notes, "suggested: "+l.SuggestedSettlementID+" ("+l.Suggestion+")")

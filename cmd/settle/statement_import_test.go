@@ -66,8 +66,25 @@ func (b *importBundle) file(t *testing.T, name, content string) string {
 	return p
 }
 
-// runImport runs `settle statement import args…` in-process.
+// runImport runs `settle statement import args…` in-process, the
+// statements' account acc-1 declared.
 func (b *importBundle) runImport(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	return b.runImportIn(t, stdin, append([]string{"--statement-account", "acc-1"}, args...)...)
+}
+
+// runImportAs runs `settle statement import files…` in-process with each of
+// accounts declared by --statement-account.
+func (b *importBundle) runImportAs(t *testing.T, accounts []string, files ...string) (int, string, string) {
+	t.Helper()
+	var args []string
+	for _, a := range accounts {
+		args = append(args, "--statement-account", a)
+	}
+	return b.runImportIn(t, "", append(args, files...)...)
+}
+
+func (b *importBundle) runImportIn(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	c := &importCmd{s: Stdio{In: strings.NewReader(stdin), Out: &out, Err: &errb}, dbURL: b.db.URL}
@@ -171,7 +188,7 @@ func TestStatementImportCrash(t *testing.T) {
 			run := func(env ...string) (int, string, bool) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				cmd := exec.CommandContext(ctx, bin, "statement", "import", path)
+				cmd := exec.CommandContext(ctx, bin, "statement", "import", "--statement-account", "acc-1", path)
 				cmd.Env = append(os.Environ(), append(env, "DATABASE_URL="+b.db.URL)...)
 				var out bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &out, &out

@@ -12,6 +12,9 @@ import (
 	"github.com/settle/settle/intake"
 )
 
+// Accounts are the accounts the demo's events pay from.
+var Accounts = []string{"acc-1", "acc-2", "acc-3", "acc-4", "acc-5"}
+
 // Stream is the demo's generated traffic: first deliveries, then
 // redeliveries of some of them (same business fields, another event id and
 // another key order) and a few conflicts (a known settlement_id with another
@@ -77,7 +80,7 @@ func GenerateFor(bank string, n int, seed int64, now time.Time) Stream {
 	for i := range evs {
 		evs[i] = intake.Event{
 			SettlementID: fmt.Sprintf("demo-%04d", i+1),
-			AccountID:    fmt.Sprintf("acc-%d", 1+rng.IntN(5)),
+			AccountID:    Accounts[rng.IntN(len(Accounts))],
 			AmountCents:  100 + rng.Int64N(250_000),
 			Currency:     currencies[rng.IntN(len(currencies))],
 			Beneficiary:  beneficiary(beneficiaries[rng.IntN(len(beneficiaries))]),

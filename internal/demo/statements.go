@@ -16,6 +16,13 @@ import (
 	"github.com/settle/settle/reconcile"
 )
 
+// statementAccounts are the accounts the demo's bank statements are for,
+// the statement accounts the demo declares when it imports them: the
+// settle profile books each payout on the event's account, the stripe
+// profile on the platform's balance, the obie profile on the customer's
+// account.
+var statementAccounts = append(append([]string{}, Accounts...), fakebank.StripeBalanceAccount, fakebank.OBIEDebtorAccount)
+
 // maxStatementBytes bounds a statement file the demo reads from its bank.
 const maxStatementBytes = 256 << 20
 
@@ -26,7 +33,7 @@ const maxStatementBytes = 256 << 20
 // reconcile bank --statements).
 func (r *Report) importStatements(ctx context.Context, pool *pgxpool.Pool, bankURL string, start time.Time) error {
 	client := &http.Client{Timeout: time.Minute}
-	im := &reconcile.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}}
+	im := &reconcile.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Accounts: statementAccounts}
 	end := time.Now().UTC()
 	for day := start.UTC().Truncate(24 * time.Hour); !day.After(end); day = day.AddDate(0, 0, 1) {
 		date := day.Format(time.DateOnly)

@@ -112,7 +112,7 @@ func TestKeyTTLOBIEStatementsResolve(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err == nil {
-				im := &reconcile.StatementImporter{DB: db.Pool, Returns: &reconcile.Resolver{DB: db.Pool}}
+				im := &reconcile.StatementImporter{DB: db.Pool, Returns: &reconcile.Resolver{DB: db.Pool}, Accounts: []string{fakebank.OBIEDebtorAccount}}
 				if _, err := im.Import(ctx, "camt053.xml", bytes.NewReader(data)); err != nil {
 					t.Fatal(err)
 				}
@@ -173,7 +173,7 @@ func TestReconcileBankOBIENeedsStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im := &reconcile.StatementImporter{DB: db.Pool, Returns: &reconcile.Resolver{DB: db.Pool}}
+	im := &reconcile.StatementImporter{DB: db.Pool, Returns: &reconcile.Resolver{DB: db.Pool}, Accounts: []string{fakebank.OBIEDebtorAccount}}
 	if _, err := im.Import(context.Background(), "camt053.xml", bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}

@@ -166,7 +166,7 @@ func returnsEndToEnd(t *testing.T, tg target) {
 		if err := os.WriteFile(file, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if out, code := runSettle(t, db.URL, "statement", "import", file); code != 0 && code != 1 {
+		if out, code := runSettle(t, db.URL, "statement", "import", "--statement-account", statementAccounts, file); code != 0 && code != 1 {
 			t.Fatalf("settle statement import exited %d:\n%s", code, out)
 		}
 	}
@@ -282,6 +282,14 @@ func reconcileBank(t *testing.T, dbURL, name, bankURL string) (string, int) {
 	t.Helper()
 	return runSettle(t, dbURL, "reconcile", "bank", "--json", "--bank", name, "--bank-url", bankURL)
 }
+
+// statementAccounts are the accounts the returns tests pay from: their
+// statements are for these (--statement-account).
+// (the settle profile books each payout on its settlement's account, the
+// stripe profile on the platform's balance, the obie profile on the
+// customer's account).
+const statementAccounts = "acc-1,acc-00,acc-01,acc-02,acc-03,acc-04,acc-05,acc-06," +
+	fakebank.StripeBalanceAccount + "," + fakebank.OBIEDebtorAccount
 
 // runSettle runs the settle binary with args against the database at
 // dbURL (none of the user's SETTLE_* settings) and returns its standard
@@ -456,7 +464,7 @@ func TestReturnFromEverySourceAtOnceProcesses(t *testing.T) {
 	errs := make(chan error, 4*n+2)
 	for range 2 {
 		wg.Go(func() {
-			if out, code := runSettle(t, db.URL, "statement", "import", file); code != 0 && code != 1 {
+			if out, code := runSettle(t, db.URL, "statement", "import", "--statement-account", statementAccounts, file); code != 0 && code != 1 {
 				errs <- fmt.Errorf("settle statement import exited %d:\n%s", code, out)
 			}
 		})

@@ -154,7 +154,7 @@ func (r *run) statementFile(paid, rets []ReturnEntry) []byte {
 // importFn imports file through reconcile.StatementImporter, its returns
 // booked by actor a.
 func (r *run) importFn(a *actor, file []byte, out *string) func(context.Context) {
-	im := &reconcile.StatementImporter{DB: r.pool, Returns: r.resolver(a)}
+	im := &reconcile.StatementImporter{DB: r.pool, Returns: r.resolver(a), Accounts: []string{simAccount}}
 	name := fmt.Sprintf("sim-%d.camt054.xml", len(r.statements))
 	return func(ctx context.Context) {
 		res, err := im.Import(ctx, name, bytes.NewReader(file))
