@@ -601,23 +601,22 @@ type conflictRecord struct {
 	err *ConflictError
 }
 
-// recordConflicts writes the conflicts in their own transaction (one
-// statement), after the intake transaction: a conflict is never applied
+// recordConflicts writes the conflicts and their events in their own
+// transaction (one statement), after the intake transaction: a conflict is never applied
 // and never dropped silently.
 func (s *Service) recordConflicts(ctx context.Context, cs []conflictRecord, now time.Time) error {
-	ids, stored, incoming, eventIDs, bodies := make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs))
+	conflicts := make([]statemachine.Conflict, len(cs))
 	for i, c := range cs {
-		ids[i], stored[i], incoming[i], eventIDs[i] = c.ev.SettlementID, c.err.StoredHash, c.err.IncomingHash, c.ev.EventID
-		bodies[i] = string(c.ev.businessJSON())
+		conflicts[i] = statemachine.Conflict{SettlementID: c.ev.SettlementID, StoredHash: c.err.StoredHash,
+			IncomingHash: c.err.IncomingHash, EventID: c.ev.EventID, Incoming: c.ev.businessJSON()}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	_, err := s.db.Exec(ctx, `
-		INSERT INTO receipt_conflicts (settlement_id, stored_hash, incoming_hash, detected_at, event_id, incoming)
-		SELECT settlement_id, stored_hash, incoming_hash, $5, NULLIF(event_id, ''), incoming::jsonb
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $6::text[])
-			AS c(settlement_id, stored_hash, incoming_hash, event_id, incoming)`,
-		ids, stored, incoming, eventIDs, now, bodies)
+	// The conflicts and their events commit together (the state machine
+	// writes both).
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		return statemachine.RecordConflicts(ctx, tx, now, conflicts...)
+	})
 	if err != nil {
 		return fmt.Errorf("error recording receipt conflicts: %w", err)
 	}

@@ -92,7 +92,10 @@ type Expect struct {
 //     receipt's hash;
 //   - a settlement whose payment came back in part is flagged
 //     needs_investigation, neither returned nor failed;
-//   - after recovery, nothing is open without needs_investigation.
+//   - after recovery, nothing is open without needs_investigation;
+//   - every transition has exactly one event, in the same order; a
+//     settlement's events are numbered from 1 without a gap; a flag and a
+//     recorded conflict each have theirs (DESIGN.md section 19).
 //
 // An error means the checker could not read the database.
 func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error) {
@@ -355,8 +358,63 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 			bad("%s: intake answered 409 %d time(s) but receipt_conflicts holds %d", id, n, recorded[id])
 		}
 	}
+	events, err := EventViolations(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	v = append(v, events...)
 	return v, nil
 }
+
+// EventViolations returns one line per violation of the outbox's rules
+// (part of CheckInvariants): a settlement's transitions and its transition
+// events match one to one, in order; its events are numbered 1..n without
+// a gap; a flagged settlement's last flag event names its reason; every
+// recorded conflict has its event.
+func EventViolations(ctx context.Context, db Querier) ([]string, error) {
+	return collect(ctx, db, eventViolationsSQL, pgx.RowTo[string])
+}
+
+// eventViolationsSQL returns one line per violation of the outbox's rules
+// (DESIGN.md section 19): a settlement's transitions and its transition
+// events match one to one, in order; its events are numbered 1..n with no
+// gap, n being its event_seq; a flagged settlement's last flag event names
+// its reason; every recorded conflict has its event.
+const eventViolationsSQL = `
+	WITH t AS (
+		SELECT settlement_id, row_number() OVER (PARTITION BY settlement_id ORDER BY id) AS k,
+		       coalesce(from_state, '') AS f, to_state
+		FROM settlement_transitions
+	), e AS (
+		SELECT settlement_id, row_number() OVER (PARTITION BY settlement_id ORDER BY n) AS k,
+		       coalesce(payload->>'from_state', '') AS f, substr(type, length('settlement.') + 1) AS to_state, event_id
+		FROM settlement_events WHERE type NOT IN ('settlement.flagged', 'settlement.conflict')
+	)
+	SELECT coalesce(t.settlement_id, e.settlement_id) || ': transition ' || t.k || ' (' || coalesce(t.f, '') || ' → ' ||
+	       coalesce(t.to_state, 'none') || ') has event ' || coalesce(e.event_id, 'none') || ' (' ||
+	       coalesce(e.f, '') || ' → ' || coalesce(e.to_state, 'none') || ')'
+	FROM t FULL JOIN e USING (settlement_id, k)
+	WHERE t.to_state IS DISTINCT FROM e.to_state OR t.f IS DISTINCT FROM e.f
+	UNION ALL
+	SELECT s.settlement_id || ': events numbered ' || coalesce(min(ev.n), 0) || '..' || coalesce(max(ev.n), 0) ||
+	       ' (' || count(ev.n) || ' rows), event_seq ' || s.event_seq
+	FROM settlements s LEFT JOIN settlement_events ev USING (settlement_id)
+	GROUP BY s.settlement_id, s.event_seq
+	HAVING count(ev.n) <> s.event_seq OR coalesce(max(ev.n), 0) <> s.event_seq
+	UNION ALL
+	SELECT s.settlement_id || ': flagged ' || s.investigation_reason || ' but its last flag event says ' ||
+	       coalesce((SELECT ev.payload->>'reason' FROM settlement_events ev
+	                 WHERE ev.settlement_id = s.settlement_id AND ev.type = 'settlement.flagged' ORDER BY ev.n DESC LIMIT 1), 'nothing')
+	FROM settlements s
+	WHERE s.needs_investigation AND s.investigation_reason IS DISTINCT FROM
+	      (SELECT ev.payload->>'reason' FROM settlement_events ev
+	       WHERE ev.settlement_id = s.settlement_id AND ev.type = 'settlement.flagged' ORDER BY ev.n DESC LIMIT 1)
+	UNION ALL
+	SELECT c.settlement_id || ': ' || c.recorded || ' receipt conflict(s) recorded, ' || coalesce(ev.events, 0) || ' conflict event(s)'
+	FROM (SELECT settlement_id, count(*) AS recorded FROM receipt_conflicts GROUP BY settlement_id) c
+	LEFT JOIN (SELECT settlement_id, count(*) AS events FROM settlement_events
+	           WHERE type = 'settlement.conflict' GROUP BY settlement_id) ev USING (settlement_id)
+	WHERE c.recorded <> coalesce(ev.events, 0)`
 
 // differs reports whether a stored value differs from an expected one that
 // is known (not empty).

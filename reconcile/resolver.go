@@ -597,18 +597,18 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		SET bank_payment_id = COALESCE($3, bank_payment_id),
 		    bank_status = COALESCE($4, bank_status),
 		    next_check_at = $5,
-		    needs_investigation = $6,
-		    investigation_reason = $7,
-		    check_attempts = CASE WHEN $14 THEN 0 ELSE check_attempts + $8 END,
-		    updated_at = $9,
-		    bank_consent_id = COALESCE(bank_consent_id, $10),
-		    consent_status = COALESCE($11, consent_status),
-		    consent_requested_at = COALESCE(consent_requested_at, $12),
-		    consent_expires_at = COALESCE($13, consent_expires_at)
+		    check_attempts = CASE WHEN $12 THEN 0 ELSE check_attempts + $6 END,
+		    updated_at = $7,
+		    bank_consent_id = COALESCE(bank_consent_id, $8),
+		    consent_status = COALESCE($9, consent_status),
+		    consent_requested_at = COALESCE(consent_requested_at, $10),
+		    consent_expires_at = COALESCE($11, consent_expires_at)
 		WHERE settlement_id = $1 AND state = $2`,
 		f.SettlementID, string(d.To), paymentID, bankStatus, nextCheck,
-		flagReason != "", nullable(flagReason), checks, now,
+		checks, now,
 		consentID, consentStatus, consentRequested, consentExpires, d.Pay)
+	// The flag goes through the state machine, which writes its event.
+	statemachine.QueueFlag(b, f.SettlementID, flagReason, now)
 	kind := ""
 	if d.WriteMovement || d.WriteReversal {
 		kind = "payout"
@@ -643,6 +643,10 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 			slog.String("settlement_id", f.SettlementID), slog.String("state", string(f.State)),
 			slog.String("answer", string(att.answer.Kind)))
 		return out, nil
+	}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return Outcome{}, fmt.Errorf("error flagging settlement %s: %w", f.SettlementID, err)
 	}
 	if kind != "" {
 		if _, err := br.Exec(); err != nil {

@@ -4,7 +4,10 @@
 //
 // Every transition is an optimistic UPDATE … WHERE state = $from inside the
 // caller's transaction, appended to settlement_transitions in the same
-// transaction. A forbidden transition or a lost race is an error, never a
+// transaction, with its outcome event in settlement_events (the outbox of
+// DESIGN.md section 19). Flags (Flag) and receipt conflicts
+// (RecordConflicts) write their events here too, so no caller can forget
+// one. A forbidden transition or a lost race is an error, never a
 // silent no-op: the caller decides whether a lost race means "someone else
 // already did it" (safe to stop) or a bug.
 package statemachine
@@ -89,9 +92,16 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 	var id int64
 	err := tx.QueryRow(ctx, `
 		WITH moved AS (
-			UPDATE settlements SET state = $3, updated_at = $5
+			UPDATE settlements SET state = $3, updated_at = $5, event_seq = event_seq + 1
 			WHERE settlement_id = $1 AND state = $2
-			RETURNING settlement_id
+			RETURNING settlement_id, event_seq
+		), event AS (
+			`+insertEventSQL+`
+				SELECT settlement_id, event_seq AS n, 'settlement.' || $3::text AS type,
+					jsonb_build_object('event_id', settlement_id || ':' || event_seq, 'reason', $4::text,
+						'at', settle_json_time($5), 'from_state', $2::text) AS payload, $5::timestamptz AS created_at
+				FROM moved
+			) e
 		)
 		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
 		SELECT settlement_id, $2, $3, $4, $5 FROM moved
@@ -118,22 +128,30 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 // history, in one statement however many there are. The settlements rows
 // themselves are inserted by intake in the same transaction.
 func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settlementIDs ...string) error {
+	if len(settlementIDs) == 0 {
+		return nil
+	}
 	if at.IsZero() {
 		at = time.Now()
 	}
-	var err error
-	switch len(settlementIDs) {
-	case 0:
-		return nil
-	case 1:
-		// The common case (one event over the API) keeps a plain statement,
-		// which PostgreSQL plans once per connection.
-		_, err = tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
-			VALUES ($1, NULL, $2, $3, $4)`, settlementIDs[0], string(settlement.Pending), reason, at)
-	default:
-		_, err = tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
-			SELECT id, NULL, $2, $3, $4 FROM unnest($1::text[]) AS id`, settlementIDs, string(settlement.Pending), reason, at)
-	}
+	// The transition rows name the ids given (a missing settlement is a
+	// foreign key error); the events are numbered by the settlements' rows.
+	_, err := tx.Exec(ctx, `
+		WITH moved AS (
+			UPDATE settlements SET event_seq = event_seq + 1
+			WHERE settlement_id = ANY($1::text[])
+			RETURNING settlement_id, event_seq
+		), event AS (
+			`+insertEventSQL+`
+				SELECT settlement_id, event_seq AS n, 'settlement.' || $2::text AS type,
+					jsonb_build_object('event_id', settlement_id || ':' || event_seq, 'reason', $3::text,
+						'at', settle_json_time($4)) AS payload, $4::timestamptz AS created_at
+				FROM moved
+			) e
+		)
+		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
+		SELECT id, NULL, $2, $3, $4 FROM unnest($1::text[]) AS id`,
+		settlementIDs, string(settlement.Pending), reason, at)
 	if err != nil {
 		return fmt.Errorf("error recording creation of %d settlements: %w", len(settlementIDs), err)
 	}

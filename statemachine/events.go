@@ -1,0 +1,142 @@
+package statemachine
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Event types of DESIGN.md section 19 besides settlement.<to_state>.
+const (
+	EventFlagged  = "settlement.flagged"
+	EventConflict = "settlement.conflict"
+)
+
+// EventType is the type of the event of a transition to state to.
+func EventType(to string) string { return "settlement." + to }
+
+// insertEventSQL starts the INSERT of outcome events; the statement that
+// uses it selects (settlement_id, n, type, payload, created_at). The event
+// number n comes from settlements.event_seq, incremented by the same
+// statement's UPDATE of the settlement, so the settlement's row lock numbers
+// its events. The payload holds event_id, reason, at (and from_state for a
+// transition); the settlement itself is added when the transaction commits
+// (the deferred trigger settle_events_fill), as it stands then.
+const insertEventSQL = `INSERT INTO settlement_events (settlement_id, n, event_id, type, payload, created_at)
+			SELECT settlement_id, n, settlement_id || ':' || n, type, payload, created_at
+			FROM (`
+
+// flagSQL sets or clears a settlement's flag; setting it or changing its
+// reason writes a settlement.flagged event. $1 id, $2 reason (empty clears),
+// $3 time.
+const flagSQL = `
+	WITH flagged AS (
+		UPDATE settlements
+		SET needs_investigation = ($2::text <> ''), investigation_reason = NULLIF($2::text, ''),
+		    event_seq = event_seq + CASE WHEN $2::text <> '' THEN 1 ELSE 0 END,
+		    updated_at = $3
+		WHERE settlement_id = $1 AND investigation_reason IS DISTINCT FROM NULLIF($2::text, '')
+		RETURNING settlement_id, event_seq
+	)
+	` + insertEventSQL + `
+		SELECT settlement_id, event_seq AS n, '` + EventFlagged + `' AS type,
+			jsonb_build_object('event_id', settlement_id || ':' || event_seq, 'reason', $2::text,
+				'at', settle_json_time($3)) AS payload, $3::timestamptz AS created_at
+		FROM flagged WHERE $2::text <> ''
+	) e`
+
+// Flag flags settlement id needs_investigation with reason (one of the
+// reasons of DESIGN.md section 5), or clears its flag when reason is
+// empty, in the caller's transaction. Setting a flag, or changing its
+// reason, writes a settlement.flagged event; clearing it writes none (the
+// transition that clears it has its own); setting the flag it already has
+// changes nothing.
+func Flag(ctx context.Context, tx DBTX, id, reason string, at time.Time) error {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if _, err := tx.Exec(ctx, flagSQL, id, reason, at); err != nil {
+		return fmt.Errorf("error flagging settlement %s (%q): %w", id, reason, err)
+	}
+	return nil
+}
+
+// QueueFlag queues Flag's statement in b, for a caller that sends its
+// statements in one round trip.
+func QueueFlag(b *pgx.Batch, id, reason string, at time.Time) {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	b.Queue(flagSQL, id, reason, at)
+}
+
+// Conflict is one receipt conflict: an event whose settlement_id was
+// received before with another payload (DESIGN.md section 1, rule 3).
+type Conflict struct {
+	SettlementID string
+	StoredHash   string
+	IncomingHash string
+	// EventID is the producer's event id, if it gave one.
+	EventID string
+	// Incoming is the JSON of the rejected event's business fields.
+	Incoming []byte
+}
+
+// RecordConflicts writes conflicts to receipt_conflicts, each with its
+// settlement.conflict event, in one statement in the caller's transaction.
+// The settlements are locked in id order, so that two callers never
+// deadlock.
+func RecordConflicts(ctx context.Context, tx DBTX, at time.Time, conflicts ...Conflict) error {
+	if len(conflicts) == 0 {
+		return nil
+	}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	cs := append([]Conflict(nil), conflicts...)
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].SettlementID < cs[j].SettlementID })
+	ids, stored, incoming, eventIDs, bodies := make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs))
+	for i, c := range cs {
+		ids[i], stored[i], incoming[i], eventIDs[i] = c.SettlementID, c.StoredHash, c.IncomingHash, c.EventID
+		bodies[i] = string(c.Incoming)
+		if len(c.Incoming) == 0 {
+			bodies[i] = "null"
+		}
+	}
+	_, err := tx.Exec(ctx, `
+		WITH c AS (
+			SELECT settlement_id, stored_hash, incoming_hash, NULLIF(event_id, '') AS event_id, incoming::jsonb AS incoming,
+				row_number() OVER (PARTITION BY settlement_id ORDER BY ord) AS k
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY
+				AS c(settlement_id, stored_hash, incoming_hash, event_id, incoming, ord)
+		), counts AS (
+			SELECT settlement_id, count(*)::int AS cnt FROM c GROUP BY settlement_id
+		), locked AS (
+			SELECT s.settlement_id FROM settlements s JOIN counts USING (settlement_id)
+			ORDER BY s.settlement_id FOR UPDATE OF s
+		), bumped AS (
+			UPDATE settlements s SET event_seq = s.event_seq + counts.cnt
+			FROM counts JOIN locked USING (settlement_id)
+			WHERE s.settlement_id = counts.settlement_id
+			RETURNING s.settlement_id, s.event_seq - counts.cnt AS base
+		), recorded AS (
+			INSERT INTO receipt_conflicts (settlement_id, stored_hash, incoming_hash, detected_at, event_id, incoming)
+			SELECT settlement_id, stored_hash, incoming_hash, $6, event_id, incoming FROM c
+		)
+		`+insertEventSQL+`
+			SELECT c.settlement_id, b.base + c.k AS n, '`+EventConflict+`' AS type,
+				jsonb_build_object('event_id', c.settlement_id || ':' || (b.base + c.k), 'reason', 'receipt_conflict',
+					'at', settle_json_time($6), 'stored_hash', c.stored_hash, 'incoming_hash', c.incoming_hash,
+					'incoming_event_id', c.event_id) AS payload,
+				$6::timestamptz AS created_at
+			FROM c JOIN bumped b USING (settlement_id)
+		) e`,
+		ids, stored, incoming, eventIDs, bodies, at)
+	if err != nil {
+		return fmt.Errorf("error recording %d receipt conflicts: %w", len(cs), err)
+	}
+	return nil
+}
