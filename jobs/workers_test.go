@@ -152,14 +152,24 @@ func TestWorkersSettleUnderFaults(t *testing.T) {
 }
 
 // history writes the transitions of a settlement inserted by hand, through
-// states from its creation, so its history is what the engine would have
-// written.
+// states from its creation, and their events, so its history is what the
+// engine would have written.
 func history(t *testing.T, db *dbtest.DB, id string, states ...settlement.State) {
 	t.Helper()
 	var from *settlement.State
 	for _, to := range states {
 		if _, err := db.Pool.Exec(context.Background(), `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
 			VALUES ($1, $2, $3, 'written by the test', now())`, id, from, to); err != nil {
+			t.Fatal(err)
+		}
+		// And its event, as the state machine writes it.
+		if _, err := db.Pool.Exec(context.Background(), `WITH s AS (
+				UPDATE settlements SET event_seq = event_seq + 1 WHERE settlement_id = $1 RETURNING event_seq
+			)
+			INSERT INTO settlement_events (settlement_id, n, event_id, type, payload, created_at)
+			SELECT $1, event_seq, $1 || ':' || event_seq, 'settlement.' || $3::text,
+				jsonb_strip_nulls(jsonb_build_object('reason', 'written by the test', 'from_state', $2::text)), now()
+			FROM s`, id, from, to); err != nil {
 			t.Fatal(err)
 		}
 		from = &to

@@ -390,7 +390,7 @@ const eventViolationsSQL = `
 		       coalesce(payload->>'from_state', '') AS f, substr(type, length('settlement.') + 1) AS to_state, event_id
 		FROM settlement_events WHERE type NOT IN ('settlement.flagged', 'settlement.conflict')
 	)
-	SELECT coalesce(t.settlement_id, e.settlement_id) || ': transition ' || t.k || ' (' || coalesce(t.f, '') || ' → ' ||
+	SELECT coalesce(t.settlement_id, e.settlement_id) || ': transition ' || coalesce(t.k, e.k) || ' (' || coalesce(t.f, '') || ' → ' ||
 	       coalesce(t.to_state, 'none') || ') has event ' || coalesce(e.event_id, 'none') || ' (' ||
 	       coalesce(e.f, '') || ' → ' || coalesce(e.to_state, 'none') || ')'
 	FROM t FULL JOIN e USING (settlement_id, k)

@@ -141,7 +141,7 @@ func replaceDB(u, db string) string {
 // database is its own.
 func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `TRUNCATE settlement_receipts, settlements, settlement_transitions, ledger_movements,
-		receipt_conflicts, bank_attempts, river_job CASCADE`)
+		receipt_conflicts, bank_attempts, settlement_events, river_job CASCADE`)
 	if err != nil {
 		return fmt.Errorf("error emptying the benchmark tables: %w", err)
 	}

@@ -71,6 +71,18 @@ const (
 // SourcePoints lists the crash points of an event source.
 var SourcePoints = []string{SourceBeforeCommit, SourceAfterCommit, SourceAfterAck}
 
+// The crash points of the events relay (DESIGN.md section 19): just before
+// an event is sent to a sink, and just after the sink has it but before its
+// delivery is recorded. A worker reaches them only with a sink configured
+// (--events-url), so they are not in Points.
+const (
+	EventsBeforeSend = "events.before_send"
+	EventsAfterSend  = "events.after_send"
+)
+
+// EventsPoints lists the crash points of the events relay.
+var EventsPoints = []string{EventsBeforeSend, EventsAfterSend}
+
 var (
 	once  sync.Once
 	armed string

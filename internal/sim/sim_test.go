@@ -61,7 +61,8 @@ func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 			DELETE FROM bank_statement_entries; DELETE FROM bank_statements; DELETE FROM bank_statement_files;
 			DELETE FROM operator_actions; DELETE FROM ledger_movements; DELETE FROM settlement_transitions;
 			DELETE FROM bank_attempts; DELETE FROM receipt_conflicts; DELETE FROM settlements;
-			DELETE FROM settlement_receipts`)
+			DELETE FROM settlement_receipts; DELETE FROM event_attempts; DELETE FROM event_deliveries;
+			DELETE FROM settlement_events`)
 		return err
 	})
 }
