@@ -11,6 +11,9 @@ import (
 	"time"
 )
 
+// EnvSecret is the environment variable holding the webhook secrets.
+const EnvSecret = "SETTLE_EVENTS_SECRET"
+
 // SecretPrefix starts every Standard Webhooks secret.
 const SecretPrefix = "whsec_"
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/events"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/database"
@@ -47,6 +48,10 @@ first use and shared like the embedded database. Each message holds one event
 transaction and acknowledged only after it commits. Events that can never be
 accepted are kept in intake_rejects (settle reconcile rejects) and then
 acknowledged; while the database is down nothing is acknowledged or rejected.
+
+With --events-url, every transition, flag and receipt conflict is POSTed to
+each URL as a signed Standard Webhooks event, at least once and in each
+settlement's order (DESIGN.md section 19; settle events list).
 
 Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_API_TOKEN).`
 
@@ -92,6 +97,18 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	names.register(fs, true)
 	fs.IntVar(&c.SourceMaxFailures, "source-max-failures", c.SourceMaxFailures, "unexpected failures after which a message is rejected as poison (kept in intake_rejects)")
 	fs.IntVar(&c.SourceBatch, "source-batch", c.SourceBatch, "messages one fetch of a source asks for (one transaction each)")
+	fs.Func("events-url", "POST every outcome event to this URL, signed as Standard Webhooks says with SETTLE_EVENTS_SECRET (whsec_<base64>, several comma-separated while rotating); https, or http to loopback; may be repeated (SETTLE_EVENTS_URL: space-separated)", func(v string) error {
+		urls := strings.Fields(v)
+		if len(urls) == 0 {
+			return errors.New("empty URL")
+		}
+		c.EventsURLs = append(c.EventsURLs, urls...)
+		return nil
+	})
+	fs.DurationVar(&c.EventsTimeout, "events-timeout", c.EventsTimeout, "timeout of one attempt to deliver an event to a URL (the answer included)")
+	fs.DurationVar(&c.EventsRetryMin, "events-retry-min", c.EventsRetryMin, "wait before the first retry of an event a sink did not take; doubles with every retry")
+	fs.DurationVar(&c.EventsRetryMax, "events-retry-max", c.EventsRetryMax, "longest wait between two retries of an event")
+	fs.DurationVar(&c.EventsRetryFor, "events-retry-for", c.EventsRetryFor, "how long an event is retried at a sink before it is marked dead there (settle events list --dead)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -121,6 +138,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	c.Bank = bankclient.OptionsFromEnv(os.Getenv)
 	c.Bank.InsecureHTTP = insecureHTTP
 	c.WebhookSecret = os.Getenv(bankclient.EnvWebhookSecret)
+	c.EventsSecret = os.Getenv(events.EnvSecret)
 	if err := c.Validate(); err != nil {
 		return fail(err)
 	}
@@ -196,6 +214,7 @@ func crashPointsHelp() string {
 	line("consents (obie):", crash.ConsentPoints)
 	line("returns:", []string{crash.ReturnBeforeCommit, crash.ReturnAfterCommit})
 	line("sources (--source):", crash.SourcePoints)
+	line("events (--events-url):", crash.EventsPoints)
 	line("statement import:", []string{crash.StatementBeforeCommit, crash.StatementAfterCommit})
 	return strings.TrimRight(b.String(), "\n")
 }

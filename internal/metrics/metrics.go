@@ -46,6 +46,10 @@ type Metrics struct {
 	// SourceBatch is how long a fetched batch took from fetch to
 	// acknowledgement.
 	SourceBatch prometheus.Histogram
+	// EventsDelivered counts outcome events delivered, by sink.
+	EventsDelivered *prometheus.CounterVec
+	// EventsFailed counts failed attempts to deliver an outcome event, by sink.
+	EventsFailed *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg.
@@ -100,16 +104,31 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "settle_source_batch_seconds", Help: "Time from fetching a batch of an event source to its acknowledgement.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
 		}),
+		EventsDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_events_delivered_total", Help: "Outcome events delivered (a 2xx answer, a broker's acknowledgement), by sink.",
+		}, []string{"sink"}),
+		EventsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_events_failed_total", Help: "Failed attempts to deliver an outcome event (retried until --events-retry-for), by sink.",
+		}, []string{"sink"}),
 	}
 	reg.MustRegister(m.IntakeTotal, m.ReplayAge, m.ReceiptConflicts, m.UncertainTotal, m.Transitions,
 		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation, m.Returns, m.BankWebhooks,
-		m.SourceMessages, m.SourceRedeliveries, m.SourceLag, m.SourceBatch)
+		m.SourceMessages, m.SourceRedeliveries, m.SourceLag, m.SourceBatch, m.EventsDelivered, m.EventsFailed)
 	return m
 }
 
 // NewUnregistered returns metrics registered nowhere, for tests and tools
 // that do not serve /metrics.
 func NewUnregistered() *Metrics { return New(prometheus.NewRegistry()) }
+
+// EventAttempt records one attempt to deliver an outcome event to sink.
+func (m *Metrics) EventAttempt(sink string, delivered bool) {
+	if delivered {
+		m.EventsDelivered.WithLabelValues(sink).Inc()
+		return
+	}
+	m.EventsFailed.WithLabelValues(sink).Inc()
+}
 
 // ObserveBank records one bank call.
 func (m *Metrics) ObserveBank(op, outcome string, d time.Duration) {

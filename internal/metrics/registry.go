@@ -10,7 +10,9 @@ import (
 
 // NewRegistry returns a Prometheus registry holding the Go runtime and
 // process collectors and, when db is not nil, the settlement state gauges
-// (settle_settlements{state}, settle_needs_investigation) read from db.
+// (settle_settlements{state}, settle_needs_investigation) and the outcome
+// events' backlog (settle_events_pending, settle_events_oldest_pending_seconds)
+// read from db.
 // Pass it to New for settle's own collectors and to Handler.
 func NewRegistry(db Querier) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
@@ -19,7 +21,7 @@ func NewRegistry(db Querier) *prometheus.Registry {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if db != nil {
-		reg.MustRegister(NewStateCollector(db, StateCollectorOpts{}))
+		reg.MustRegister(NewStateCollector(db, StateCollectorOpts{}), NewEventsCollector(db, StateCollectorOpts{}))
 	}
 	return reg
 }

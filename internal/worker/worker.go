@@ -32,6 +32,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/console"
+	"github.com/settle/settle/events"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/internal/metrics"
@@ -114,6 +115,18 @@ type Config struct {
 	// SourceLeaseEvery is how often the leases of a source batch in work
 	// are extended (a third of --source-lease; 0: source.DefaultLeaseEvery).
 	SourceLeaseEvery time.Duration
+	// EventsURLs are the webhook sinks of the outcome events
+	// (--events-url, DESIGN.md section 19); EventsSecret signs them
+	// (SETTLE_EVENTS_SECRET: whsec_<base64>, several comma-separated while
+	// one is rotated). EventsTimeout bounds one attempt; a failed delivery
+	// is retried after EventsRetryMin, doubling up to EventsRetryMax, for
+	// EventsRetryFor, then marked dead.
+	EventsURLs     []string
+	EventsSecret   string
+	EventsTimeout  time.Duration
+	EventsRetryMin time.Duration
+	EventsRetryMax time.Duration
+	EventsRetryFor time.Duration
 
 	// Logger receives the worker's structured logs (default: discarded).
 	Logger *slog.Logger
@@ -146,6 +159,10 @@ func DefaultConfig() Config {
 		FetchCooldown:     jobs.DefaultFetchCooldown,
 		SourceMaxFailures: source.DefaultMaxFailures,
 		SourceBatch:       source.DefaultBatchSize,
+		EventsTimeout:     events.DefaultWebhookTimeout,
+		EventsRetryMin:    events.DefaultRetryMin,
+		EventsRetryMax:    events.DefaultRetryMax,
+		EventsRetryFor:    events.DefaultRetryFor,
 	}
 }
 
@@ -186,8 +203,41 @@ func (c Config) Validate() error {
 		return errors.New("--source-max-failures must be at least 1")
 	case c.SourceBatch < 1 || c.SourceBatch > intake.MaxBatch:
 		return fmt.Errorf("--source-batch must be between 1 and %d", intake.MaxBatch)
+	case c.EventsTimeout <= 0 || c.EventsRetryMin <= 0 || c.EventsRetryFor <= 0:
+		return errors.New("--events-timeout, --events-retry-min and --events-retry-for must be positive")
+	case c.EventsRetryMax < c.EventsRetryMin:
+		return errors.New("--events-retry-max must be at least --events-retry-min")
+	}
+	if _, err := c.eventSinks(); err != nil {
+		return err
 	}
 	return nil
+}
+
+// eventSinks builds the sinks of the outcome events: a webhook per
+// EventsURLs, signed with EventsSecret.
+func (c Config) eventSinks() ([]events.Sink, error) {
+	if len(c.EventsURLs) == 0 {
+		return nil, nil
+	}
+	signer, err := events.ParseSecrets(c.EventsSecret)
+	if err != nil {
+		return nil, fmt.Errorf("--events-url needs SETTLE_EVENTS_SECRET (whsec_<base64>): %w", err)
+	}
+	var sinks []events.Sink
+	seen := map[string]bool{}
+	for _, u := range c.EventsURLs {
+		w, err := events.NewWebhook(events.WebhookConfig{URL: u, Signer: signer, Timeout: c.EventsTimeout, Now: c.Now})
+		if err != nil {
+			return nil, err
+		}
+		if seen[w.Name()] {
+			return nil, fmt.Errorf("--events-url %s given twice", w.Name())
+		}
+		seen[w.Name()] = true
+		sinks = append(sinks, w)
+	}
+	return sinks, nil
 }
 
 // Worker is an assembled worker: its River client, its HTTP API and the
@@ -207,6 +257,8 @@ type Worker struct {
 	stopUI context.CancelFunc
 	// loops consume the event sources (Config.Sources).
 	loops []*source.Loop
+	// relay delivers the outcome events (nil without a sink).
+	relay *events.Relay
 }
 
 // New builds the worker from cfg and starts listening on cfg.Listen (so
@@ -274,6 +326,15 @@ func New(cfg Config) (*Worker, error) {
 		}
 		w.loops = append(w.loops, l)
 	}
+	sinks, err := cfg.eventSinks()
+	if err != nil {
+		w.stopUI()
+		return nil, err
+	}
+	if len(sinks) > 0 {
+		w.relay = &events.Relay{Pool: cfg.Pool, Sinks: sinks, RetryMin: cfg.EventsRetryMin, RetryMax: cfg.EventsRetryMax,
+			RetryFor: cfg.EventsRetryFor, Now: cfg.Now, Logger: cfg.Logger.With("component", "events"), Observer: m}
+	}
 	w.srv = newHTTPServer(w.handler, cfg.Logger)
 	if w.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		w.stopUI()
@@ -305,6 +366,18 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- w.srv.Serve(w.ln) }()
+	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		if w.relay != nil {
+			_ = w.relay.Run(relayCtx)
+		}
+	}()
+	defer func() {
+		stopRelay()
+		<-relayDone
+	}()
 	w.logger.Info("worker started", "listen", w.Addr(), "bank_url", w.cfg.bankURL(), "replay_horizon", w.cfg.ReplayHorizon,
 		"bank_key_ttl", w.cfg.BankKeyTTL, "max_inflight", w.cfg.MaxInflight, "api_token_set", w.cfg.APIToken != "")
 	if ready != nil {
