@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/settle/settle/events"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/reconcile"
 )
@@ -103,9 +104,11 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 	return nil
 }
 
-// RetentionWorker works retention: it deletes, in batches, the receipts
-// received before now − the replay horizon whose settlement is terminal.
-// Receipts of settlements still moving are kept whatever their age.
+// RetentionWorker works retention: it deletes, in batches, the outcome
+// events created before now − the replay horizon that every sink has
+// (events.Prune), and the receipts received before then whose settlement
+// is terminal. Receipts of settlements still moving, and events pending or
+// dead at a sink, are kept whatever their age.
 type RetentionWorker struct {
 	river.WorkerDefaults[RetentionArgs]
 	pool    *pgxpool.Pool
@@ -115,9 +118,27 @@ type RetentionWorker struct {
 	logger  *slog.Logger
 }
 
-// Work deletes old receipts.
+// Work deletes old delivered outcome events, then old receipts.
 func (w *RetentionWorker) Work(ctx context.Context, job *river.Job[RetentionArgs]) error {
 	cutoff := w.now().Add(-w.horizon)
+	// Outcome events delivered everywhere and older than the horizon go
+	// first (the last batch of receipts completes the job); one pending or
+	// dead at any sink is kept whatever its age.
+	var pruned int64
+	for {
+		n, err := events.Prune(ctx, w.pool, cutoff, w.batch)
+		if err != nil {
+			return err
+		}
+		pruned += n
+		if n < int64(w.batch) {
+			break
+		}
+	}
+	if pruned > 0 {
+		w.logger.LogAttrs(ctx, slog.LevelInfo, "retention deleted delivered events",
+			slog.Int64("deleted", pruned), slog.Time("created_before", cutoff))
+	}
 	var deleted int64
 	for {
 		var n int64

@@ -22,6 +22,9 @@ const (
 	// OperatorResolve is "resolve now": the bank asked at once, through
 	// Resolver.ResolveOne.
 	OperatorResolve = "resolve"
+	// OperatorRedeliver is `settle events redeliver`: a settlement's
+	// outcome events queued again for its sinks.
+	OperatorRedeliver = "redeliver"
 )
 
 // Limits of an OperatorAction, as the schema enforces them.
@@ -38,7 +41,7 @@ type OperatorAction struct {
 	SettlementID string `json:"settlement_id"`
 	// Operator is the operator's name (the HTTP Basic user name).
 	Operator string `json:"operator"`
-	// Action is OperatorNote or OperatorResolve.
+	// Action is OperatorNote, OperatorResolve or OperatorRedeliver.
 	Action string `json:"action"`
 	// Detail is the note's text, or what was asked.
 	Detail string `json:"detail"`
@@ -58,7 +61,7 @@ func (a OperatorAction) Validate() error {
 		return errors.New("an action needs the operator's name")
 	case utf8.RuneCountInString(a.Operator) > MaxOperatorLen:
 		return fmt.Errorf("operator name longer than %d characters", MaxOperatorLen)
-	case a.Action != OperatorNote && a.Action != OperatorResolve:
+	case a.Action != OperatorNote && a.Action != OperatorResolve && a.Action != OperatorRedeliver:
 		return fmt.Errorf("unknown action %q", a.Action)
 	case a.Action == OperatorNote && strings.TrimSpace(a.Detail) == "":
 		return errors.New("the note is empty")

@@ -42,6 +42,7 @@ func commands() []command {
 		{"submit", "post NDJSON events to the API, with retries, progress and counts", cmdSubmit},
 		{"demo", "the whole system in one command: faulty bank, worker, events, report", cmdDemo},
 		{"reconcile", "what is stuck, one settlement's story, conflicts, resolve, ledger vs bank", cmdReconcile},
+		{"events", "outcome events: list them and their deliveries, redeliver", cmdEvents},
 		{"bench", "throughput, replay latency and memory, each against a baseline from the same run", cmdBench},
 		{"statement", "parse bank statement files (camt.053/054, BAI2, MT940)", cmdStatement},
 	}

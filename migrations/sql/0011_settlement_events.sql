@@ -151,3 +151,8 @@ END
 $$;
 CREATE CONSTRAINT TRIGGER settlement_events_fill AFTER INSERT ON settlement_events
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION settle_events_fill();
+
+-- `settle events redeliver` is an operator action, recorded as the
+-- console's are.
+ALTER TABLE operator_actions DROP CONSTRAINT operator_actions_action_check,
+    ADD CONSTRAINT operator_actions_action_check CHECK (action IN ('note', 'resolve', 'redeliver'));

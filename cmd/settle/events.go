@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/settle/settle/events"
+	"github.com/settle/settle/internal/database"
+	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/settlement"
+)
+
+const eventsDescription = `
+Inspects and redelivers the outcome events (DESIGN.md section 19): one per
+transition, flag and receipt conflict, delivered by the workers to each
+--events-url, at least once and in each settlement's order.
+
+  settle events list [--settlement ID] [--undelivered] [--dead] [--json]
+      the events, oldest first, with their delivery at each sink
+  settle events redeliver EVENT_ID | --settlement ID | --dead
+      queue events again at every sink (an operator action, recorded)`
+
+func cmdEvents(ctx context.Context, args []string, s Stdio) int {
+	return (&eventsCmd{s: s}).run(ctx, args)
+}
+
+// eventsCmd carries what the forms share. dbURL, when set, is used
+// instead of DATABASE_URL or the embedded default (tests set it).
+type eventsCmd struct {
+	s     Stdio
+	dbURL string
+}
+
+func (c *eventsCmd) run(ctx context.Context, args []string) int {
+	s := c.s
+	form := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		form, args = args[0], args[1:]
+	}
+	switch form {
+	case "list":
+		return c.list(ctx, args)
+	case "redeliver":
+		return c.redeliver(ctx, args)
+	case "":
+		fs := newFlagSet("events", "list|redeliver [flags]", eventsDescription, s)
+		if code, done := parseFlags(fs, args); done {
+			return code
+		}
+	}
+	fmt.Fprintf(s.Err, "settle events: unknown form %q (want list or redeliver; see settle events --help)\n", form)
+	return exitError
+}
+
+func (c *eventsCmd) open(ctx context.Context, form string) *pgxpool.Pool {
+	s := c.s
+	pool, err := connect(ctx, s, c.dbURL, database.PoolOptions{MaxConns: 2, ApplicationName: "settle events"})
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle events %s: %v\n", form, err)
+	}
+	return pool
+}
+
+func (c *eventsCmd) list(ctx context.Context, args []string) int {
+	s := c.s
+	fs := newFlagSet("events list", "[flags]", `
+Lists outcome events, oldest first, with the state of their delivery at
+each sink (pending, delivered, dead), the attempts made and the last HTTP
+status. Exit 0 when it ran.`, s)
+	var f events.Filter
+	fs.StringVar(&f.SettlementID, "settlement", "", "only this settlement's events")
+	fs.BoolVar(&f.Undelivered, "undelivered", false, "only events not yet delivered to every sink")
+	fs.BoolVar(&f.Dead, "dead", false, "only events a sink gave up on (dead)")
+	fs.IntVar(&f.Limit, "limit", 1000, "at most this many events")
+	asJSON := fs.Bool("json", false, `print {"events":[{"event_id","settlement_id","type","created_at","deliveries":[{"sink","state","attempts","last_status"}]}],"count":n}`)
+	pos, code, done := parseArgs(fs, args)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(s.Err, "settle events list: unexpected arguments %q\n", pos)
+		return exitError
+	}
+	pool := c.open(ctx, "list")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	list, err := events.List(ctx, pool, f)
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle events list: %v\n", err)
+		return exitError
+	}
+	out := bufio.NewWriter(s.Out)
+	defer out.Flush()
+	if *asJSON {
+		type delivery struct {
+			Sink       string `json:"sink"`
+			State      string `json:"state"`
+			Attempts   int    `json:"attempts"`
+			LastStatus *int   `json:"last_status"`
+			LastError  string `json:"last_error,omitempty"`
+		}
+		type event struct {
+			EventID      string     `json:"event_id"`
+			SettlementID string     `json:"settlement_id"`
+			Type         string     `json:"type"`
+			CreatedAt    time.Time  `json:"created_at"`
+			Deliveries   []delivery `json:"deliveries"`
+		}
+		evs := make([]event, len(list))
+		for i, l := range list {
+			evs[i] = event{EventID: l.EventID, SettlementID: l.SettlementID, Type: l.Type, CreatedAt: l.CreatedAt, Deliveries: []delivery{}}
+			for _, d := range l.Deliveries {
+				evs[i].Deliveries = append(evs[i].Deliveries, delivery{d.Sink, d.State, d.Attempts, d.LastStatus, d.LastError})
+			}
+		}
+		enc := json.NewEncoder(out)
+		if err := enc.Encode(map[string]any{"events": evs, "count": len(evs)}); err != nil {
+			fmt.Fprintf(s.Err, "settle events list: %v\n", err)
+			return exitError
+		}
+		return exitOK
+	}
+	tb := newBlockTable(out, "CREATED\tEVENT\tTYPE\tSINK\tSTATE\tATTEMPTS\tLAST")
+	for _, l := range list {
+		if len(l.Deliveries) == 0 {
+			_ = tb.row("%s\t%s\t%s\t-\t-\t-\t-\n", l.CreatedAt.UTC().Format(time.RFC3339), l.EventID, l.Type)
+			continue
+		}
+		for _, d := range l.Deliveries {
+			last := "-"
+			switch {
+			case d.LastStatus != nil:
+				last = fmt.Sprint(*d.LastStatus)
+			case d.LastError != "":
+				last = d.LastError
+			}
+			_ = tb.row("%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.CreatedAt.UTC().Format(time.RFC3339), l.EventID, l.Type, d.Sink, d.State, d.Attempts, last)
+		}
+	}
+	if err := tb.flush(); err != nil {
+		fmt.Fprintf(s.Err, "settle events list: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(out, "%d event(s)\n", len(list))
+	return exitOK
+}
+
+func (c *eventsCmd) redeliver(ctx context.Context, args []string) int {
+	s := c.s
+	fs := newFlagSet("events redeliver", "EVENT_ID | --settlement ID | --dead", `
+Queues outcome events again at every sink the workers deliver to: their
+deliveries become pending, due now, with a fresh retry window (a receiver
+deduplicating by webhook-id ignores what it already has). One event by
+its id, every event of a settlement, or every delivery marked dead. It is
+an operator action, recorded on each settlement's story with --operator.`, s)
+	var t events.Target
+	fs.StringVar(&t.SettlementID, "settlement", "", "every event of this settlement")
+	fs.BoolVar(&t.Dead, "dead", false, "every delivery marked dead")
+	operator := fs.String("operator", os.Getenv("USER"), "your name, recorded with the action (default $USER)")
+	pos, code, done := parseArgs(fs, args)
+	if done {
+		return code
+	}
+	if len(pos) > 1 {
+		fmt.Fprintf(s.Err, "settle events redeliver: unexpected arguments %q\n", pos[1:])
+		return exitError
+	}
+	if len(pos) == 1 {
+		t.EventID = pos[0]
+	}
+	if strings.TrimSpace(*operator) == "" {
+		*operator = "cli"
+	}
+	pool := c.open(ctx, "redeliver")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	now := time.Now()
+	var queued []events.Redelivered
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if queued, err = events.Redeliver(ctx, tx, t, now); err != nil {
+			return err
+		}
+		what := "every dead delivery"
+		switch {
+		case t.EventID != "":
+			what = "event " + t.EventID
+		case t.SettlementID != "":
+			what = "every event of the settlement"
+		}
+		for _, r := range queued {
+			if _, err := reconcile.RecordAction(ctx, tx, reconcile.OperatorAction{SettlementID: r.SettlementID, Operator: *operator,
+				Action: reconcile.OperatorRedeliver, Detail: "redeliver " + what, Result: fmt.Sprintf("%d deliveries queued again", r.Deliveries),
+				OK: true, At: now}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, events.ErrNoTarget):
+		fmt.Fprintf(s.Err, "settle events redeliver: %v\n", err)
+		return exitError
+	case errors.Is(err, settlement.ErrNotFound):
+		fmt.Fprintf(s.Err, "settle events redeliver: %v\n", err)
+		return exitFindings
+	case err != nil:
+		fmt.Fprintf(s.Err, "settle events redeliver: %v\n", err)
+		return exitError
+	}
+	n := 0
+	for _, r := range queued {
+		n += r.Deliveries
+	}
+	fmt.Fprintf(s.Out, "%d deliveries of %d settlement(s) queued again\n", n, len(queued))
+	return exitOK
+}
