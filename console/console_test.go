@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/events/eventstest"
 	"github.com/settle/settle/internal/browsertest"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/worker"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
@@ -297,4 +300,39 @@ func TestStatementsPanelAndUnmatchedLines(t *testing.T) {
 	if r := b.request(t, http.MethodGet, "/console/statements?after=x", nil, nil); r.code != http.StatusBadRequest {
 		t.Errorf("bad cursor = %d", r.code)
 	}
+}
+
+// TestStoryShowsEventsAndAttempts: with a webhook sink that refuses the
+// first attempt, the settlement story lists each outcome event, its
+// delivery at the sink and every attempt, the failed one included.
+func TestStoryShowsEventsAndAttempts(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	rcv := eventstest.NewReceiver(t, func(n int, _ string) eventstest.Fault {
+		if n == 1 {
+			return eventstest.Fail500
+		}
+		return eventstest.OK
+	}, secret)
+	b := setup(t, "", bankclient.Faults{SettleDelayMS: 10}, func(c *worker.Config) {
+		c.EventsURLs, c.EventsSecret, c.EventsRetryMin = []string{rcv.URL()}, secret, 10*time.Millisecond
+	})
+	b.submit(t, "ev-story", "acc-a", 990)
+	b.waitState(t, "ev-story", settlement.Confirmed)
+	if !rcv.Wait(time.Minute, func(m []eventstest.Message) bool { return len(m) >= 3 }) {
+		t.Fatalf("the receiver has %d events", len(rcv.Accepted()))
+	}
+	settletest.Wait(t, "the story to show the events delivered", func() (bool, string) {
+		r := b.request(t, http.MethodGet, "/console/settlement?id=ev-story", nil, nil)
+		page := r.body
+		if r.code != http.StatusOK {
+			return false, fmt.Sprintf("%d %.500s", r.code, page)
+		}
+		for _, want := range []string{"ev-story:1", "settlement.pending", "ev-story:3", "settlement.confirmed", rcv.URL(), "delivered", "receiver answered 500"} {
+			if !strings.Contains(page, want) {
+				return false, "no " + want
+			}
+		}
+		return true, ""
+	})
 }

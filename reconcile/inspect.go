@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/events"
 	"github.com/settle/settle/settlement"
 )
 
@@ -86,6 +87,9 @@ type Story struct {
 	Movements []MovementEntry `json:"movements"`
 	// OperatorActions are the notes and actions of operators, in order.
 	OperatorActions []OperatorAction `json:"operator_actions"`
+	// Events are the settlement's outcome events (DESIGN.md section 19),
+	// each with its delivery at every sink and every attempt made.
+	Events []events.Listed `json:"events"`
 	// Timeline is every event above in time order.
 	Timeline []Event `json:"timeline"`
 }
@@ -94,7 +98,7 @@ type Story struct {
 type Event struct {
 	At time.Time `json:"at"`
 	// Kind is receipt, replay, transition, bank_send, bank_status, movement,
-	// conflict, operator or investigation.
+	// conflict, event, operator or investigation.
 	Kind string `json:"kind"`
 	// Text says what happened, in words.
 	Text string `json:"text"`
@@ -117,7 +121,10 @@ func (i *Inspector) Show(ctx context.Context, id string) (Story, error) {
 		if st.Movements, err = movements(ctx, tx, id); err != nil {
 			return err
 		}
-		st.OperatorActions, err = operatorActions(ctx, tx, id)
+		if st.OperatorActions, err = operatorActions(ctx, tx, id); err != nil {
+			return err
+		}
+		st.Events, err = events.Story(ctx, tx, id)
 		return err
 	})
 	if err != nil {
@@ -182,11 +189,21 @@ func timeline(st Story) []Event {
 	for _, c := range st.Conflicts {
 		ev = append(ev, Event{At: c.DetectedAt, Kind: "conflict", Text: "rejected another payload: " + c.describe()})
 	}
+	for _, e := range st.Events {
+		t := e.EventID + " " + e.Type
+		for _, d := range e.Deliveries {
+			t += fmt.Sprintf("; %s %s after %d attempt(s)", d.Sink, d.State, d.Attempts)
+		}
+		ev = append(ev, Event{At: e.CreatedAt, Kind: "event", Text: t})
+	}
 	for _, a := range st.OperatorActions {
 		t := a.Operator + " "
-		if a.Action == OperatorNote {
+		switch a.Action {
+		case OperatorNote:
 			t += "noted: " + a.Detail
-		} else {
+		case OperatorRedeliver:
+			t += "asked to " + a.Detail + ": " + a.Result
+		default:
 			t += "asked to resolve now: " + a.Result
 		}
 		ev = append(ev, Event{At: a.At, Kind: "operator", Text: t})
