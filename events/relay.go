@@ -98,16 +98,13 @@ func (r *Relay) Run(ctx context.Context) error {
 	if len(r.Sinks) == 0 {
 		return nil
 	}
-	for {
-		err := r.Register(ctx)
-		if err == nil {
-			break
+	for registered := false; !registered; {
+		if err := r.Register(ctx); err != nil {
+			r.Logger.Warn("events: cannot register sinks yet", "error", err)
+		} else {
+			registered = true
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		r.Logger.Warn("events: cannot register sinks yet", "error", err)
-		if !sleep(ctx, time.Second) {
+		if !registered && !sleep(ctx, time.Second) {
 			return nil
 		}
 	}
