@@ -233,8 +233,12 @@ func (s *Server) Release(ctx context.Context) (stopped bool, err error) {
 		return false, fmt.Errorf("error opening the use lock: %w", err)
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
 		return false, nil // another settle process uses it
+	}
+	if err != nil {
+		return false, fmt.Errorf("error locking %s: %w", f.Name(), err)
 	}
 	if _, _, ok := s.running(); !ok {
 		return false, nil
@@ -335,7 +339,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if _, err := os.Stat(o.Dir); err != nil {
+			if _, err := os.Stat(o.Dir); errors.Is(err, os.ErrNotExist) {
 				return nil // the home was removed: nobody can find this server any more
 			}
 		}

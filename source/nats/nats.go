@@ -195,19 +195,18 @@ func (s *Source) Fetch(ctx context.Context, max int) ([]source.Message, error) {
 	}
 	if err := first.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, natsgo.ErrTimeout) && len(msgs) == 0 {
 		if ctx.Err() != nil {
-			return nil, nil
+			return nil, fmt.Errorf("error fetching from %s: %w", s.cfg.Consumer, ctx.Err())
 		}
 		return nil, fmt.Errorf("error fetching from %s: %w", s.cfg.Consumer, err)
 	}
 	if len(msgs) == 0 || max <= 1 {
 		return msgs, nil
 	}
-	rest, err := s.cons.FetchNoWait(max - 1)
-	if err != nil {
-		return msgs, nil // what was fetched is leased: work on it
-	}
-	for m := range rest.Messages() {
-		msgs = append(msgs, message(m))
+	// A failure here leaves the first message, leased: it is worked on.
+	if rest, err := s.cons.FetchNoWait(max - 1); err == nil {
+		for m := range rest.Messages() {
+			msgs = append(msgs, message(m))
+		}
 	}
 	return msgs, nil
 }
