@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,19 @@ func TestListRedeliverPrune(t *testing.T) {
 	rcv := eventstest.NewReceiver(t, nil, secret)
 	failing := eventstest.NewReceiver(t, func(int, string) eventstest.Fault { return eventstest.Fail500 }, secret)
 	good, bad := webhook(t, rcv.URL(), time.Second), webhook(t, failing.URL(), time.Second)
-	relay := &events.Relay{Pool: db.Pool, Sinks: []events.Sink{good, bad}, RetryMin: time.Millisecond, RetryMax: time.Millisecond, RetryFor: time.Nanosecond}
+	// The relay's clock moves a second at every reading, so a retry is
+	// always due at the next pass however fast the passes run (with the
+	// wall clock, a pass inside the retry's millisecond found nothing due
+	// and the count of passes below fell short).
+	var clock sync.Mutex
+	at := time.Now()
+	now := func() time.Time {
+		clock.Lock()
+		defer clock.Unlock()
+		at = at.Add(time.Second)
+		return at
+	}
+	relay := &events.Relay{Pool: db.Pool, Sinks: []events.Sink{good, bad}, RetryMin: time.Millisecond, RetryMax: time.Millisecond, RetryFor: time.Nanosecond, Now: now}
 	if err := relay.Register(ctx); err != nil {
 		t.Fatal(err)
 	}
