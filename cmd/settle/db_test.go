@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -114,6 +115,11 @@ func startedCluster(t *testing.T, bin string, env []string) (dir string, pid int
 	return dir, pid
 }
 
+// pruning keeps the tests that run `settle db prune` apart: prune removes
+// every cluster whose home is gone, so one test's prune took the orphan
+// another test had made to watch its own prune remove.
+var pruning sync.Mutex
+
 // TestDBPruneAfterHomeDeleted creates a cluster for a SETTLE_HOME, deletes
 // that SETTLE_HOME, and finds the cluster listed by `settle db status`,
 // listed only by `settle db prune --dry-run`, then stopped and removed by
@@ -121,6 +127,8 @@ func startedCluster(t *testing.T, bin string, env []string) (dir string, pid int
 // would also take the other's orphan.
 func TestDBPruneAfterHomeDeleted(t *testing.T) {
 	t.Parallel()
+	pruning.Lock()
+	defer pruning.Unlock()
 	bin := bintest.Build(t)
 	for _, tc := range []struct {
 		name      string
@@ -178,6 +186,8 @@ func TestDBPruneAfterHomeDeleted(t *testing.T) {
 // exists, running or not.
 func TestDBPruneKeepsLiveHomes(t *testing.T) {
 	t.Parallel()
+	pruning.Lock()
+	defer pruning.Unlock()
 	bin := bintest.Build(t)
 	_, env := settleHome(t, false)
 	dir, pid := startedCluster(t, bin, env)

@@ -124,10 +124,15 @@ func (o Options) viaNATS(ctx context.Context, rep *Report, stream Stream, pool *
 		return nil, err
 	}
 	ps, err := first.Wait(2 * time.Minute)
-	if err != nil || !workerproc.KilledBySIGKILL(ps) {
+	if err != nil {
 		held.Close()
 		first.Kill()
-		return nil, fmt.Errorf("the first worker was to be killed after its first commit: %v %v (log %s)", ps, err, first.LogPath())
+		return nil, fmt.Errorf("the first worker was to be killed after its first commit: %w (log %s)", err, first.LogPath())
+	}
+	if !workerproc.KilledBySIGKILL(ps) {
+		held.Close()
+		first.Kill()
+		return nil, fmt.Errorf("the first worker was to be killed after its first commit, but it ended %v (log %s)", ps, first.LogPath())
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM settlements`).Scan(&rep.Queue.KilledBatch); err != nil {
 		held.Close()

@@ -238,7 +238,31 @@ func Find(home string) (*Cluster, bool, error) {
 // Stop stops the server with a fast shutdown (sessions are disconnected,
 // committed work is kept).
 func (c *Cluster) Stop(ctx context.Context) error {
-	return c.pgctl(ctx, "-D", c.dataDir(), "-m", "fast", "-w", "-t", "60", "stop")
+	return c.stop(ctx, "fast")
+}
+
+// stop runs pg_ctl stop in mode and then waits for the postmaster's
+// process to end: pg_ctl returns when the server has removed its pid file,
+// which it does just before it exits, so a caller that checks the process
+// right after could still find it.
+func (c *Cluster) stop(ctx context.Context, mode string) error {
+	pid, _, _ := c.running()
+	if err := c.pgctl(ctx, "-D", c.dataDir(), "-m", mode, "-w", "-t", "60", "stop"); err != nil {
+		return err
+	}
+	if pid == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for alive(pid) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the server (pid %d) at %s had removed its pid file but had not exited: %w", pid, c.Dir, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // StopImmediate stops the server with an immediate shutdown: every server
@@ -247,7 +271,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 // even in ephemeral clusters). Fault tests use it to simulate a database
 // that dies under load.
 func (c *Cluster) StopImmediate(ctx context.Context) error {
-	return c.pgctl(ctx, "-D", c.dataDir(), "-m", "immediate", "-w", "-t", "60", "stop")
+	return c.stop(ctx, "immediate")
 }
 
 // running reads postmaster.pid and reports the server's pid and port when
