@@ -48,6 +48,11 @@ type Event struct {
 	OccurredAt time.Time `json:"occurred_at,omitzero"`
 	// EventID is the producer's id of this message; empty when absent.
 	EventID string `json:"event_id,omitempty"`
+	// Bank is the configured name of the bank that must pay it; empty
+	// when the event leaves it to the worker's routing rules (--route).
+	// Named, it is part of the payload hash; absent, the hash is the one
+	// an event had before settlements had banks.
+	Bank string `json:"bank,omitempty"`
 }
 
 // Kinds of invalid input, matched with errors.Is on an *InvalidError.
@@ -101,6 +106,7 @@ const (
 	fieldBeneficiary  = "beneficiary"
 	fieldOccurredAt   = "occurred_at"
 	fieldEventID      = "event_id"
+	fieldBank         = "bank"
 )
 
 // requiredFields are checked for presence in this order.
@@ -238,6 +244,15 @@ func (ev *Event) set(key string, val json.Token) error {
 			return err
 		}
 		ev.EventID = s
+	case fieldBank:
+		s, ok := val.(string)
+		if !ok {
+			return invalid(key, "must be a string naming a configured bank")
+		}
+		if err := settlement.CheckBankName(s); err != nil {
+			return invalid(key, err.Error())
+		}
+		ev.Bank = s
 	default:
 		return invalid(printableField(key), "unknown field")
 	}
@@ -342,6 +357,7 @@ func (ev Event) businessJSON() []byte {
 		AmountCents  int64  `json:"amount_cents"`
 		Currency     string `json:"currency"`
 		Beneficiary  string `json:"beneficiary"`
-	}{ev.SettlementID, ev.AccountID, ev.AmountCents, ev.Currency, ev.Beneficiary})
+		Bank         string `json:"bank,omitempty"`
+	}{ev.SettlementID, ev.AccountID, ev.AmountCents, ev.Currency, ev.Beneficiary, ev.Bank})
 	return b
 }

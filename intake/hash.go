@@ -16,6 +16,10 @@ const hashVersion = "settle-payload-v1\n"
 // that order, each written as name, byte length and value, so no two
 // different field tuples share an encoding. Key order, whitespace, JSON
 // escapes and the transport fields (event_id, occurred_at) cannot change it.
+// An event that names its bank adds the field bank last: a replay naming
+// another bank is a conflict, while an event that names none hashes as
+// every event did before settlements had banks, so stored receipts keep
+// matching their redeliveries.
 func CanonicalHash(ev Event) string {
 	buf := make([]byte, 0, 128+len(ev.SettlementID)+len(ev.AccountID)+len(ev.Beneficiary))
 	buf = append(buf, hashVersion...)
@@ -24,6 +28,9 @@ func CanonicalHash(ev Event) string {
 	buf = appendField(buf, fieldAmountCents, strconv.FormatInt(ev.AmountCents, 10))
 	buf = appendField(buf, fieldCurrency, ev.Currency)
 	buf = appendField(buf, fieldBeneficiary, ev.Beneficiary)
+	if ev.Bank != "" {
+		buf = appendField(buf, fieldBank, ev.Bank)
+	}
 	sum := sha256.Sum256(buf)
 	out := make([]byte, 0, len("sha256:")+64)
 	out = append(out, "sha256:"...)

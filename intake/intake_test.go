@@ -42,6 +42,10 @@ type setupOpts struct {
 	// ceilings (--max-amount).
 	bank       bankclient.Connector
 	maxAmounts map[string]int64
+	// banks are the banks served (--bank a,b) and routes the rules
+	// (--route).
+	banks  []bankclient.Connector
+	routes intake.Routes
 }
 
 // setup gives the test its own migrated database, an intake service with an
@@ -55,7 +59,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	}
 	m := metrics.NewUnregistered()
 	svc, err := intake.NewService(intake.Config{DB: db.Pool, Jobs: jobs.Inserter{Client: client}, Metrics: m, Now: o.now,
-		Bank: o.bank, MaxAmounts: o.maxAmounts})
+		Bank: o.bank, MaxAmounts: o.maxAmounts, Banks: o.banks, Routes: o.routes})
 	if err != nil {
 		t.Fatal(err)
 	}

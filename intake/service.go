@@ -33,10 +33,17 @@ const (
 	MaxBatch = 1000
 )
 
+// SendJob is the send_instruction job of a new settlement: its id and the
+// bank it is bound to, whose workers alone may take the job.
+type SendJob struct {
+	SettlementID string
+	Bank         string
+}
+
 // JobInserter inserts the send_instruction jobs of new settlements inside
 // the intake transaction. jobs.Inserter satisfies it.
 type JobInserter interface {
-	InsertSendTx(ctx context.Context, tx pgx.Tx, settlementIDs []string) error
+	InsertSendTx(ctx context.Context, tx pgx.Tx, jobs []SendJob) error
 }
 
 // DB is what intake needs of a connection pool; *pgxpool.Pool satisfies it.
@@ -68,7 +75,15 @@ type Config struct {
 	// Bank is the connector settlements are paid through (default
 	// bankclient.SettleConnector): it derives each settlement's bank
 	// reference, and an event it could never send is refused (422).
-	Bank bankclient.Connector
+	// Banks, when not empty, replaces it: the banks the worker serves
+	// (--bank settle,stripe), each named by its connector.
+	Bank  bankclient.Connector
+	Banks []bankclient.Connector
+	// Routes bind an event that names no bank (--route): by currency,
+	// else the default rule, else the one bank served. A bank a rule names
+	// may be one the worker does not serve: its settlements wait for a
+	// worker of that bank.
+	Routes Routes
 	// MaxAmounts are the operator's own ceilings by currency
 	// (--max-amount): an event over its currency's is refused (422), as
 	// one over the connector's own limit is.
@@ -86,7 +101,7 @@ type Service struct {
 	horizon time.Duration
 	grace   time.Duration
 	timeout time.Duration
-	bank    bankclient.Connector
+	router  *router
 	ceiling MaxAmounts
 }
 
@@ -101,10 +116,18 @@ func NewService(cfg Config) (*Service, error) {
 		}
 	}
 	s := &Service{db: cfg.DB, jobs: cfg.Jobs, m: cfg.Metrics, now: cfg.Now,
-		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout, bank: cfg.Bank,
+		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout,
 		ceiling: maps.Clone(cfg.MaxAmounts)}
-	if s.bank.Name == "" {
-		s.bank = bankclient.SettleConnector
+	served := cfg.Banks
+	if len(served) == 0 {
+		served = []bankclient.Connector{cfg.Bank}
+		if cfg.Bank.Name == "" {
+			served[0] = bankclient.SettleConnector
+		}
+	}
+	var err error
+	if s.router, err = newRouter(served, cfg.Routes); err != nil {
+		return nil, fmt.Errorf("error creating intake service: %w", err)
 	}
 	if s.m == nil {
 		s.m = metrics.NewUnregistered()
@@ -126,13 +149,13 @@ func NewService(cfg Config) (*Service, error) {
 
 // settlementColumns are scanned by scanSettlement, in this order.
 const settlementColumns = `settlement_id, account_id, amount_cents, currency, beneficiary, state,
-	payload_hash, bank_key, coalesce(bank_reference, settlement_id), needs_investigation, investigation_reason, created_at, updated_at`
+	payload_hash, bank_key, coalesce(bank_reference, settlement_id), needs_investigation, investigation_reason, created_at, updated_at, bank`
 
 func scanSettlement(row pgx.Row, extra ...any) (settlement.Settlement, error) {
 	var st settlement.Settlement
 	var reason *string
 	dest := append([]any{&st.SettlementID, &st.AccountID, &st.AmountCents, &st.Currency, &st.Beneficiary, &st.State,
-		&st.PayloadHash, &st.BankKey, &st.BankReference, &st.NeedsInvestigation, &reason, &st.CreatedAt, &st.UpdatedAt}, extra...)
+		&st.PayloadHash, &st.BankKey, &st.BankReference, &st.NeedsInvestigation, &reason, &st.CreatedAt, &st.UpdatedAt, &st.Bank}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return settlement.Settlement{}, err
 	}
@@ -181,6 +204,8 @@ func (s *Service) Submit(ctx context.Context, ev Event) (Result, error) {
 type lead struct {
 	ev   Event
 	hash string
+	// bank is the bank ev is bound to.
+	bank bankclient.Connector
 }
 
 // replayKey counts the events of a batch per (settlement_id, hash).
@@ -221,14 +246,18 @@ func (s *Service) SubmitBatchTx(ctx context.Context, evs []Event, inTx InTx) ([]
 			outs[i].Err = err
 			continue
 		}
-		if err := s.checkBank(ev); err != nil {
+		bank, err := s.router.route(ev)
+		if err == nil {
+			err = s.checkBank(bank, ev)
+		}
+		if err != nil {
 			outs[i].Err = err
 			continue
 		}
 		hashes[i] = CanonicalHash(ev)
 		counts[replayKey{ev.SettlementID, hashes[i]}]++
 		if _, ok := leads[ev.SettlementID]; !ok {
-			l := &lead{ev: ev, hash: hashes[i]}
+			l := &lead{ev: ev, hash: hashes[i], bank: bank}
 			leads[ev.SettlementID] = l
 			order = append(order, l)
 		}
@@ -345,8 +374,8 @@ type commitResult struct {
 const insertSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
-		$7::bigint[], $8::text[], $9::text[], $12::text[])
-		AS i(settlement_id, payload_hash, event_id, occurred_at, account_id, beneficiary, amount_cents, currency, bank_key, bank_reference)
+		$7::bigint[], $8::text[], $9::text[], $12::text[], $13::text[])
+		AS i(settlement_id, payload_hash, event_id, occurred_at, account_id, beneficiary, amount_cents, currency, bank_key, bank_reference, bank)
 ), r AS (
 	INSERT INTO settlement_receipts (settlement_id, payload_hash, received_at, first_event_id, occurred_at)
 	SELECT i.settlement_id, i.payload_hash, $10, NULLIF(i.event_id, ''), i.occurred_at
@@ -357,9 +386,9 @@ WITH input AS (
 	RETURNING settlement_id
 )
 INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
-	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at)
+	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at, bank)
 SELECT i.settlement_id, i.account_id, i.beneficiary, i.amount_cents, i.currency, 'pending',
-	i.bank_key, i.bank_reference, i.payload_hash, $11, $10, $10
+	i.bank_key, i.bank_reference, i.payload_hash, $11, $10, $10, i.bank
 FROM input i JOIN r USING (settlement_id)
 ORDER BY i.settlement_id
 RETURNING ` + settlementColumns
@@ -376,8 +405,8 @@ WITH r AS (
 	RETURNING settlement_id
 )
 INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
-	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at)
-SELECT r.settlement_id, $5, $6, $7, $8, 'pending', $9, $12, $2, $11, $10, $10
+	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at, bank)
+SELECT r.settlement_id, $5, $6, $7, $8, 'pending', $9, $12, $2, $11, $10, $10, $13
 FROM r
 RETURNING ` + settlementColumns
 
@@ -428,13 +457,16 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	ids, hashes, eventIDs := make([]string, n), make([]string, n), make([]string, n)
 	occurred := make([]pgtype.Timestamptz, n)
 	accounts, beneficiaries, currencies, bankKeys, refs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	banks := make([]string, n)
 	amounts := make([]int64, n)
 	for i, l := range leads {
 		ids[i], hashes[i], eventIDs[i] = l.ev.SettlementID, l.hash, l.ev.EventID
 		occurred[i] = pgtype.Timestamptz{Time: l.ev.OccurredAt, Valid: !l.ev.OccurredAt.IsZero()}
 		accounts[i], beneficiaries[i], amounts[i], currencies[i] = l.ev.AccountID, l.ev.Beneficiary, l.ev.AmountCents, l.ev.Currency
 		bankKeys[i] = bankclient.KeyFor(l.ev.SettlementID)
-		refs[i] = s.bank.Capabilities.Reference(l.ev.SettlementID)
+		// The reference is derived once, for the bound bank's rules.
+		refs[i] = l.bank.Capabilities.Reference(l.ev.SettlementID)
+		banks[i] = l.bank.Name
 	}
 
 	// A single event, the common case of the HTTP API, takes statements
@@ -448,15 +480,16 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	var rows pgx.Rows
 	if n == 1 {
 		rows, err = tx.Query(ctx, insertOneSQL, ids[0], hashes[0], eventIDs[0], occurred[0], accounts[0], beneficiaries[0],
-			amounts[0], currencies[0], bankKeys[0], now, now.Add(s.grace), refs[0])
+			amounts[0], currencies[0], bankKeys[0], now, now.Add(s.grace), refs[0], banks[0])
 	} else {
 		rows, err = tx.Query(ctx, insertSQL, ids, hashes, eventIDs, occurred, accounts, beneficiaries, amounts, currencies, bankKeys,
-			now, now.Add(s.grace), refs)
+			now, now.Add(s.grace), refs, banks)
 	}
 	if err != nil {
 		return res, fmt.Errorf("error inserting receipts: %w", err)
 	}
 	var createdIDs []string
+	var sendJobs []SendJob
 	for rows.Next() {
 		st, err := scanSettlement(rows)
 		if err != nil {
@@ -466,6 +499,7 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		res.stored[st.SettlementID] = st
 		res.created[st.SettlementID] = true
 		createdIDs = append(createdIDs, st.SettlementID)
+		sendJobs = append(sendJobs, SendJob{SettlementID: st.SettlementID, Bank: st.Bank})
 	}
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("error inserting receipts: %w", err)
@@ -519,7 +553,7 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	}
 
 	if len(createdIDs) > 0 {
-		if err := s.jobs.InsertSendTx(ctx, tx, createdIDs); err != nil {
+		if err := s.jobs.InsertSendTx(ctx, tx, sendJobs); err != nil {
 			return res, fmt.Errorf("error inserting send jobs: %w", err)
 		}
 		crash.Point(crash.IntakeBeforeCommit)
@@ -644,14 +678,14 @@ func (s *Service) View(ctx context.Context, id string) (settlement.View, error) 
 	return v, err
 }
 
-// checkBank refuses an event the configured bank could never send (a
-// currency it does not serve, a beneficiary it cannot route, an amount
-// over its limit) or over the operator's ceiling with an *InvalidError
-// naming the field (422).
-func (s *Service) checkBank(ev Event) error {
-	err := s.bank.Check(ev.Currency, ev.Beneficiary)
+// checkBank refuses an event its bank could never send (a currency it
+// does not serve, a beneficiary it cannot route, an amount over its limit)
+// or over the operator's ceiling with an *InvalidError naming the field
+// (422).
+func (s *Service) checkBank(bank bankclient.Connector, ev Event) error {
+	err := bank.Check(ev.Currency, ev.Beneficiary)
 	if err == nil {
-		err = s.bank.CheckAmount(ev.Currency, ev.AmountCents)
+		err = bank.CheckAmount(ev.Currency, ev.AmountCents)
 	}
 	if err == nil {
 		err = s.ceiling.checkCeiling(ev)

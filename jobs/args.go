@@ -20,6 +20,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/settle/settle/intake"
 )
 
 // Queue names.
@@ -74,13 +76,13 @@ type Inserter struct {
 }
 
 // InsertSendTx inserts one send_instruction job per settlement in tx.
-func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, settlementIDs []string) error {
-	if len(settlementIDs) == 0 {
+func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, sends []intake.SendJob) error {
+	if len(sends) == 0 {
 		return nil
 	}
-	params := make([]river.InsertManyParams, len(settlementIDs))
-	for i, id := range settlementIDs {
-		params[i] = river.InsertManyParams{Args: SendInstructionArgs{SettlementID: id}}
+	params := make([]river.InsertManyParams, len(sends))
+	for i, j := range sends {
+		params[i] = river.InsertManyParams{Args: SendInstructionArgs{SettlementID: j.SettlementID}}
 	}
 	if _, err := in.Client.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("error inserting send_instruction jobs: %w", err)

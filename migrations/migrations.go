@@ -3,12 +3,15 @@
 // lock, so that any number of processes may run them at once, the app
 // migrations apply in one transaction with their bookkeeping rows, then
 // River's apply through rivermigrate, each in transactions of its own (they
-// cannot share one). It never changes data, only schema.
+// cannot share one). It changes schema, and data only where a migration must
+// (0012 binds existing settlements to the bank the operator names, never to
+// a guess).
 package migrations
 
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -20,6 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/settle/settle/settlement"
 )
 
 //go:embed sql/*.sql
@@ -64,6 +69,25 @@ func All() ([]Migration, error) {
 	return ms, nil
 }
 
+// Options are what an operator tells a migration run.
+type Options struct {
+	// BindBank is the bank the settlements already in the database were
+	// paid through (`settle migrate --bind-bank NAME`, SETTLE_MIGRATE_BANK):
+	// migration 0012 binds them to it and makes it the default of the
+	// settlements.bank column. Empty: a database holding settlements is
+	// refused (ErrBindBankRequired) rather than guessed at.
+	BindBank string
+}
+
+// ErrBindBankRequired is returned when migration 0012 would have to bind
+// existing settlements to a bank and none was named.
+var ErrBindBankRequired = errors.New("settlements exist and no bank was named to bind them to: " +
+	"run settle migrate --bind-bank NAME (or set SETTLE_MIGRATE_BANK=NAME) with the bank this deployment paid through " +
+	"(settle, stripe or obie: the --bank its workers ran with)")
+
+// bindBankVersion is the migration that binds settlements to a bank.
+const bindBankVersion = 12
+
 // Result says what Migrate did.
 type Result struct {
 	// Applied lists the app migrations applied by this call.
@@ -78,7 +102,17 @@ type Result struct {
 // nothing to do. The pending app migrations are applied in one transaction
 // with their bookkeeping rows (all or none); River's follow, outside it.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) (Result, error) {
+	return MigrateWith(ctx, pool, Options{})
+}
+
+// MigrateWith is Migrate told opts.
+func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts Options) (Result, error) {
 	var res Result
+	if opts.BindBank != "" {
+		if err := settlement.CheckBankName(opts.BindBank); err != nil {
+			return res, fmt.Errorf("invalid bank to bind settlements to: %w", err)
+		}
+	}
 	ms, err := All()
 	if err != nil {
 		return res, err
@@ -119,9 +153,23 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) (Result, error) {
 		for _, v := range versions {
 			applied[v] = true
 		}
+		// Migration 0012 reads the bank to bind existing settlements to
+		// from this transaction's settings (never from its text).
+		if _, err := tx.Exec(ctx, "SELECT set_config('settle.bind_bank', $1, true)", opts.BindBank); err != nil {
+			return fmt.Errorf("error setting the bank to bind settlements to: %w", err)
+		}
 		for _, m := range ms {
 			if applied[m.Version] {
 				continue
+			}
+			if m.Version == bindBankVersion && opts.BindBank == "" {
+				var any bool
+				if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM settlements)").Scan(&any); err != nil {
+					return fmt.Errorf("error looking for settlements to bind: %w", err)
+				}
+				if any {
+					return ErrBindBankRequired
+				}
 			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("error applying migration %s: %w", m.Name, err)

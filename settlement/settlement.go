@@ -18,6 +18,10 @@ type Settlement struct {
 	State        State  `json:"state"`
 	PayloadHash  string `json:"payload_hash"`
 	BankKey      string `json:"bank_key"`
+	// Bank is the configured name of the connector that pays it (settle,
+	// stripe, obie), bound at intake and never changed: only a worker of
+	// that bank sends, checks or resolves it.
+	Bank string `json:"bank"`
 	// BankReference is the reference the settlement travels to the bank
 	// under: its id when the bank's rules allow, else a stable short form.
 	BankReference       string    `json:"bank_reference"`

@@ -125,20 +125,35 @@ func printStillRunning(s Stdio, home, why string) {
 		c.Dir, c.PID, why)
 }
 
+// envMigrateBank names the bank the settlements of a database that predates
+// migration 0012 are bound to, for settle migrate --bind-bank and for the
+// migration a worker runs at start.
+const envMigrateBank = "SETTLE_MIGRATE_BANK"
+
 func cmdMigrate(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("migrate", "", `
 Applies settle's schema and River's schema to the database (DATABASE_URL, or
 the embedded default cluster). Idempotent: a no-op when up to date. Safe to
-run from many processes at once (they serialise on an advisory lock).`, s)
+run from many processes at once (they serialise on an advisory lock).
+
+Migration 0012 binds every settlement to its bank (settlements.bank). The
+settlements of a database that predates it are bound to the bank named by
+--bind-bank (or SETTLE_MIGRATE_BANK): the --bank its workers ran with. When
+there are settlements and no bank is named, the migration refuses and changes
+nothing; it never guesses.`, s)
+	bindBank := fs.String("bind-bank", "", "the bank the settlements already stored were paid through: settle, stripe or obie (default: $"+envMigrateBank+"); needed once, by migration 0012, when settlements exist")
 	if code, done := parseFlags(fs, args); done {
 		return code
+	}
+	if *bindBank == "" {
+		*bindBank = os.Getenv(envMigrateBank)
 	}
 	pool, done := openDBFor(ctx, s, shareCluster, database.PoolOptions{MaxConns: 2})
 	if pool == nil {
 		return exitError
 	}
 	defer done()
-	res, err := migrations.Migrate(ctx, pool)
+	res, err := migrations.MigrateWith(ctx, pool, migrations.Options{BindBank: *bindBank})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle migrate: %v\n", err)
 		return exitError

@@ -69,6 +69,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	var insecureHTTP bool
 	fs.BoolVar(&insecureHTTP, "bank-insecure-http", false, "allow plain http to a bank that is not on this machine (refused otherwise: anyone on the path could answer \"settled\"); never with a credential; logged loudly")
 	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")
+	fs.Var(&c.Routes, "route", "CURRENCY=BANK or default=BANK: the bank an event that names none (no \"bank\" field) is bound to; repeatable, or a comma-separated list (SETTLE_ROUTE=USD=stripe,default=settle); default: the one bank served")
 	fs.Var(&c.MaxAmounts, "max-amount", "CCY=N: refuse (422) a payout of more than N minor units of CCY, besides the connector's own limit; repeatable, or a comma-separated list (SETTLE_MAX_AMOUNT=EUR=2500000,GBP=2500000)")
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")
 	fs.DurationVar(&c.BankKeyTTL, "bank-key-ttl", c.BankKeyTTL, "never re-send an instruction once this long has passed since its first attempt")
@@ -155,7 +156,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		return exitError
 	}
 	defer done()
-	if _, err := migrations.Migrate(ctx, pool); err != nil {
+	if _, err := migrations.MigrateWith(ctx, pool, migrations.Options{BindBank: os.Getenv(envMigrateBank)}); err != nil {
 		return fail(err)
 	}
 	c.Pool = pool

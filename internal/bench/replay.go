@@ -92,9 +92,9 @@ func fill(ctx context.Context, cfg Config, bulk *pgx.Conn, have, want int) error
 		_, err := bulk.Exec(ctx, `
 			WITH s AS (
 				INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
-					bank_key, payload_hash, created_at, updated_at)
+					bank_key, payload_hash, created_at, updated_at, bank)
 				SELECT 'fill-' || g, 'acc-' || (g % 997), 'fill beneficiary', 100 + g % 100000, 'EUR', 'confirmed',
-					'fill-key-' || g, 'sha256:' || encode(sha256(('fill-' || g)::bytea), 'hex'), $3, $3
+					'fill-key-' || g, 'sha256:' || encode(sha256(('fill-' || g)::bytea), 'hex'), $3, $3, 'settle'
 				FROM generate_series($1::bigint, $2::bigint) AS g
 				RETURNING settlement_id, payload_hash
 			)

@@ -672,7 +672,7 @@ func (r *run) resolverFn(a *actor, idx int, send bool, out *string) (func(contex
 // noJobs stands in for River: the simulation drives sends itself.
 type noJobs struct{}
 
-func (noJobs) InsertSendTx(context.Context, pgx.Tx, []string) error { return nil }
+func (noJobs) InsertSendTx(context.Context, pgx.Tx, []intake.SendJob) error { return nil }
 
 // recover turns the faults off, redelivers what was never acknowledged and
 // resolves every open settlement that no human owns, advancing the clock,

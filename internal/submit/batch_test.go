@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 // noJobs stands in for River: these tests are about what intake answers.
 type noJobs struct{}
 
-func (noJobs) InsertSendTx(context.Context, pgx.Tx, []string) error { return nil }
+func (noJobs) InsertSendTx(context.Context, pgx.Tx, []intake.SendJob) error { return nil }
 
 // intakeAPI serves the real intake API on a database of its own.
 func intakeAPI(t *testing.T) (string, *dbtest.DB) {

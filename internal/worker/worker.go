@@ -79,6 +79,11 @@ type Config struct {
 	// MaxAmounts are the operator's ceilings by currency (--max-amount):
 	// intake refuses more, besides the connector's own limits.
 	MaxAmounts intake.MaxAmounts
+	// Routes bind the events that name no bank (--route CURRENCY=BANK,
+	// --route default=BANK; SETTLE_ROUTE): by currency, else the default,
+	// else the one bank served. A rule may name a bank this worker does not
+	// serve: intake binds to it, and a worker of that bank pays.
+	Routes intake.Routes
 	// WebhookSecret verifies the bank's webhooks
 	// (SETTLE_BANK_WEBHOOK_SECRET); empty refuses them all.
 	WebhookSecret string
@@ -174,6 +179,11 @@ func (c Config) Validate() error {
 	}
 	if _, err := bankclient.Lookup(c.BankName); err != nil {
 		return fmt.Errorf("invalid --bank: %w", err)
+	}
+	for _, name := range c.Routes.Banks() {
+		if _, err := bankclient.Lookup(name); err != nil {
+			return fmt.Errorf("invalid --route: %w", err)
+		}
 	}
 	switch {
 	case c.BankRate < 0:
@@ -298,6 +308,7 @@ func New(cfg Config) (*Worker, error) {
 		ReplayHorizon: cfg.ReplayHorizon,
 		PendingGrace:  cfg.PendingGrace,
 		Bank:          w.conn,
+		Routes:        cfg.Routes,
 		MaxAmounts:    cfg.MaxAmounts,
 	})
 	if err != nil {
