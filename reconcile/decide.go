@@ -225,12 +225,6 @@ func (f Facts) reference() string {
 	return f.SettlementID
 }
 
-// keyAlive reports whether the bank still remembers the key for sure:
-// no attempt yet, or the first one younger than the TTL.
-func (f Facts) keyAlive(p Policy, now time.Time) bool {
-	return f.FirstAttemptAt.IsZero() || now.Sub(f.FirstAttemptAt) < p.KeyTTL
-}
-
 // Action is what to do next with a settlement before calling the bank.
 type Action string
 
@@ -609,10 +603,14 @@ func DecideStatus(f Facts, p Policy, now time.Time, a Answer) Decision {
 			// No record of when the key was first used: we cannot prove it
 			// is young.
 			return flag(f, ReasonKeyForgotten, "bank does not know the key and the first attempt is unknown")
-		case f.keyAlive(p, now):
+		case f.FirstAttemptAt.IsZero() || f.replayable(p, now):
+			// Never attempted, or the resend decided now arrives while the
+			// bank still remembers the key (a key merely alive now could be
+			// forgotten by the time the request lands, and a request the
+			// bank no longer recognises pays a second time).
 			return Decision{To: settlement.Pending, Reason: "bank never saw the key: resend with the same key", Resend: true}
 		default:
-			return flag(f, ReasonKeyForgotten, fmt.Sprintf("bank does not know the key, first used %s ago (key TTL %s): never resend", now.Sub(f.FirstAttemptAt).Round(time.Second), p.KeyTTL))
+			return flag(f, ReasonKeyForgotten, fmt.Sprintf("bank does not know the key, first used %s ago (key TTL %s, requests take up to %s): never resend", now.Sub(f.FirstAttemptAt).Round(time.Second), p.KeyTTL, p.RequestBound))
 		}
 	default: // ambiguous, unauthorized; rejected and key reuse are not status answers
 		to := f.State

@@ -13,7 +13,7 @@ import (
 
 var (
 	t0     = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	policy = Policy{KeyTTL: 24 * time.Hour, CheckInterval: time.Second, MaxCheckInterval: 8 * time.Second}
+	policy = Policy{KeyTTL: 24 * time.Hour, RequestBound: 2 * time.Minute, CheckInterval: time.Second, MaxCheckInterval: 8 * time.Second}
 )
 
 func payment(st bankclient.Status) Answer {
@@ -96,6 +96,15 @@ func TestDecideStatus(t *testing.T) {
 		tc{"not found/uncertain old is flagged", facts0(settlement.Uncertain, old), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
 		tc{"not found/uncertain at the TTL is flagged", facts0(settlement.Uncertain, edge), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
 		tc{"not found/pending old is flagged", facts0(settlement.Pending, old), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
+		// A resend decided now must reach the bank while it still
+		// remembers the key: one decided inside the request bound of the
+		// TTL could arrive after the bank forgot it and pay a second time.
+		tc{"not found/uncertain within the request bound of the TTL is flagged", facts0(settlement.Uncertain, t0.Add(-24*time.Hour+time.Minute)),
+			Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/pending within the request bound of the TTL is flagged", facts0(settlement.Pending, t0.Add(-24*time.Hour+time.Minute)),
+			Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
+		tc{"not found/uncertain just outside the request bound resends", facts0(settlement.Uncertain, t0.Add(-24*time.Hour+2*time.Minute+time.Second)),
+			Answer{Kind: AnswerNotFound}, Decision{To: settlement.Pending, Resend: true}},
 		tc{"not found/uncertain without first attempt is flagged", facts0(settlement.Uncertain, time.Time{}), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonKeyForgotten}},
 		tc{"not found/sent young is flagged", facts0(settlement.Sent, young), Answer{Kind: AnswerNotFound}, Decision{To: settlement.Uncertain, Flag: ReasonAcceptedThenUnknown}},
 		tc{"mismatch/sent is flagged", facts0(settlement.Sent, young), Answer{Kind: AnswerPayment, Payment: bankclient.Payment{ID: "p", Reference: "other", Status: bankclient.StatusSettled}}, Decision{To: settlement.Uncertain, Flag: ReasonPaymentMismatch}},

@@ -310,6 +310,10 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
 		// The key TTL clock starts before any POST can reach the bank, and
 		// the sweep takes over if this job dies before recording an answer.
+		// A POST under a used key is claimed only while it is replayable:
+		// sent now, it arrives (within RequestBound) before the bank
+		// forgets the key, so the bank answers with the first payment
+		// instead of making a second.
 		err := tx.QueryRow(ctx, `
 			UPDATE settlements
 			SET first_attempt_at = COALESCE(first_attempt_at, $2),
@@ -319,7 +323,7 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 			WHERE settlement_id = $1 AND state = 'pending'
 			  AND (first_attempt_at IS NULL OR first_attempt_at > $4)
 			RETURNING first_attempt_at`,
-			f.SettlementID, now, now.Add(r.lease()), now.Add(-r.policy().KeyTTL)).Scan(&first)
+			f.SettlementID, now, now.Add(r.lease()), now.Add(r.policy().RequestBound).Add(-r.policy().KeyTTL)).Scan(&first)
 		if err != nil {
 			return err
 		}

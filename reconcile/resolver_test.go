@@ -344,6 +344,36 @@ func TestResolverPendingOldAttemptNeverSent(t *testing.T) {
 	}
 }
 
+// TestResolverKeyAliveButNotReplayable: a pending settlement whose key the
+// bank still remembers now, but may have forgotten by the time a request
+// decided now arrives (first attempt within RequestBound of the key TTL),
+// is checked and flagged, never POSTed: the bank could take the POST as a
+// new payment. The model checker found this edge (issue 30).
+func TestResolverKeyAliveButNotReplayable(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, bankclient.Faults{})
+	b.r.RequestBound = 2 * time.Minute
+	insertSettlement(t, b.db, "s-edge", 100)
+	// One hour TTL, first attempt 59 minutes ago: alive for one more
+	// minute, less than the two a request may take.
+	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET first_attempt_at = now() - interval '59 minutes' WHERE settlement_id = 's-edge'`); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.r.Send(context.Background(), "s-edge", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != settlement.Uncertain || out.Decision.Flag != ReasonKeyForgotten {
+		t.Fatalf("out = %+v", out)
+	}
+	if _, err := b.r.Resolve(context.Background(), "s-edge", nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.bank.Stats(); st.Payments != 0 {
+		t.Fatalf("bank stats %+v: the engine POSTed under a key the bank may forget before the request lands", st)
+	}
+}
+
 func TestResolverConcurrentResolveOneMovement(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, bankclient.Faults{SettleDelayMS: 0})
