@@ -1,6 +1,7 @@
 package statement
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"math"
@@ -25,6 +26,9 @@ type bai2Record struct {
 	code    string
 	content []byte
 	line    int
+	// continued holds, for each 88 continuation, the index of its first
+	// field in the logical record.
+	continued []int
 }
 
 // bai2Parser reads BAI2 (Cash Management Balance Reporting Specifications
@@ -151,6 +155,7 @@ func (p *bai2Parser) physical(s string, line int) error {
 			if p.pending == nil {
 				return p.fail(line, "record 88", errorf(ErrMalformed, "an 88 continuation with no record before it"))
 			}
+			p.pending.continued = append(p.pending.continued, bytes.Count(p.pending.content, []byte{','})+1)
 			if err := p.extend(line, ","+content); err != nil {
 				return err
 			}
@@ -161,6 +166,7 @@ func (p *bai2Parser) physical(s string, line int) error {
 		}
 		p.recBuf.code, p.recBuf.line = code, line
 		p.recBuf.content = append(p.recBuf.content[:0], content...)
+		p.recBuf.continued = p.recBuf.continued[:0]
 		p.pending = &p.recBuf
 	}
 }
@@ -243,7 +249,7 @@ func (p *bai2Parser) record(code string, f []string) error {
 			p.asOf = t.Format("2006-01-02")
 		}
 	case "03":
-		return p.account(f)
+		return p.account(f, p.recBuf.continued)
 	case "16":
 		return p.detail(f)
 	case "49":
@@ -270,8 +276,14 @@ func (p *bai2Parser) record(code string, f []string) error {
 	return nil
 }
 
-// account handles an 03 record: a new statement with its balances.
-func (p *bai2Parser) account(f []string) error {
+// account handles an 03 record: a new statement with its balances. The
+// summaries are read group by group, each by its layout (type code,
+// amount, item count, funds type and what that type adds); continued
+// lists where the record's 88 continuations begin. Banks pad a record
+// with empty fields before its '/' ("…,015,35217175,,,/"): at a group's
+// start, empty fields running to the next continuation are that padding,
+// and counting them as fields would shift every group after it.
+func (p *bai2Parser) account(f []string, continued []int) error {
 	if !p.inGroup {
 		return errorf(ErrMalformed, "an 03 account outside a group")
 	}
@@ -292,6 +304,10 @@ func (p *bai2Parser) account(f []string) error {
 	p.st = &Statement{Account: fieldAt(f, 0), Currency: cur.Code}
 	p.sums = p.sums[:0]
 	for i := 2; i < len(f); {
+		if next, ok := bai2Padding(f, i, continued); ok {
+			i = next
+			continue
+		}
 		typ, amt := fieldAt(f, i), fieldAt(f, i+1)
 		extra, _, err := bai2Funds(f, i+3)
 		if err != nil {
@@ -312,6 +328,23 @@ func (p *bai2Parser) account(f []string) error {
 		}
 	}
 	return nil
+}
+
+// bai2Padding reports whether the fields of f from i to the next
+// continuation's first field are all empty, and that field's index.
+func bai2Padding(f []string, i int, continued []int) (next int, ok bool) {
+	for _, c := range continued {
+		if c <= i {
+			continue
+		}
+		for j := i; j < c; j++ {
+			if fieldAt(f, j) != "" {
+				return 0, false
+			}
+		}
+		return c, true
+	}
+	return 0, false
 }
 
 // bai2Funds reads the funds type at f[i] and returns how many fields of

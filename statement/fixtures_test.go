@@ -28,6 +28,9 @@ func TestFixtures(t *testing.T) {
 		{"camt054_bank_namespace.xml", FormatCamt054},
 		{"bai2_terminated.bai", FormatBAI2},
 		{"bai2_unterminated.bai", FormatBAI2},
+		// An 03 padded with empty fields before its '/', its summaries
+		// continued on 88 records, as banks write them (issue 33).
+		{"bai2_padded.bai", FormatBAI2},
 		{"mt940_german.sta", FormatMT940},
 		{"mt940_dutch.sta", FormatMT940},
 	} {
