@@ -108,7 +108,7 @@ func New(cfg Config) (*Console, error) {
 		log:     cfg.Logger.With("component", "console"),
 		origin:  http.NewCrossOriginProtection(),
 	}
-	c.csrfKey = csrfKey(cfg.APIToken)
+	c.csrfKey = csrfKey()
 	var err error
 	if c.pages, c.cssHash, err = parseTemplates(); err != nil {
 		return nil, err
@@ -127,15 +127,13 @@ func New(cfg Config) (*Console, error) {
 	return c, nil
 }
 
-// csrfKey is the key of the form tokens. With an API token it is derived
-// from it, so that every worker behind one address accepts the forms of
-// the others and a new token voids every old form; without one it is
-// random, for this process only.
-func csrfKey(apiToken string) []byte {
-	if apiToken != "" {
-		k := sha256.Sum256([]byte("settle console form key\x00" + apiToken))
-		return k[:]
-	}
+// csrfKey is the key of the form tokens: random, made when the console
+// starts and never derived from the API token (a form token must not be a
+// function of the credential, and a leaked form cannot help recover it).
+// A restart voids the forms of the pages open before it: reload the page.
+// Behind a load balancer, send one operator to one worker (sticky
+// sessions) or the other workers refuse the form and ask for a reload.
+func csrfKey() []byte {
 	k := make([]byte, 32)
 	_, _ = rand.Read(k) // never fails (crypto/rand)
 	return k

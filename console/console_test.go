@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/console"
 	"github.com/settle/settle/events/eventstest"
 	"github.com/settle/settle/internal/browsertest"
 	"github.com/settle/settle/internal/settletest"
@@ -335,4 +337,32 @@ func TestStoryShowsEventsAndAttempts(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// TestFormKeyIsNotTheToken (issue 32, item 9): the key of the form tokens
+// is a random secret of each console, not a function of the API token: a
+// second console with the same token gives the same operator another form
+// token and refuses the first console's.
+func TestFormKeyIsNotTheToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, secretToken, bankclient.Faults{}, nil)
+	b.submit(t, "key-1", "acc-a", 1000)
+	alice := basic("alice", secretToken)
+	first := formToken(t, b.request(t, http.MethodGet, "/console/settlement?id=key-1", alice, nil).body)
+
+	cons, err := console.New(console.Config{DB: b.db.Pool, Resolver: &reconcile.Resolver{}, APIToken: secretToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(cons)
+	t.Cleanup(srv.Close)
+	other := &testBundle{db: b.db, base: srv.URL, token: secretToken}
+	second := formToken(t, other.request(t, http.MethodGet, "/console/settlement?id=key-1", alice, nil).body)
+	if first == second {
+		t.Fatal("two consoles with one API token give alice the same form token: the form key is derived from the token")
+	}
+	if r := other.request(t, http.MethodPost, "/console/settlement/note", alice,
+		url.Values{"csrf": {first}, "id": {"key-1"}, "note": {"from the other console"}}); r.code != http.StatusForbidden {
+		t.Errorf("the first console's form at the second: %d, want 403", r.code)
+	}
 }

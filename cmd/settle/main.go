@@ -110,7 +110,7 @@ func newFlagSet(name, usageLine, description string, s Stdio) *flag.FlagSet {
 // so they fall back to SETTLE_<FLAG> everywhere. Every other flag reads the
 // environment only in `settle worker` (the contract): SETTLE_LISTEN or
 // SETTLE_STATE meant for one command must not change another.
-var sharedEnvFlags = map[string]bool{"api-token": true, "bank": true, "bank-url": true, "bank-insecure-http": true, "log-format": true}
+var sharedEnvFlags = map[string]bool{"api-token": true, "api-token-file": true, "bank": true, "bank-url": true, "bank-insecure-http": true, "log-format": true}
 
 // parseFlags parses args and then, for every flag not given on the command
 // line that reads the environment (every worker flag, and sharedEnvFlags

@@ -187,7 +187,11 @@ func (b *bankFlags) client(ctx context.Context, stderr io.Writer) (bankclient.Ba
 	if b.url == "" {
 		b.url = conn.URL()
 	}
-	opts := bankclient.OptionsFromEnv(os.Getenv)
+	env := secretEnv{getenv: os.Getenv}
+	opts := bankclient.OptionsFromEnv(env.get)
+	if env.err != nil {
+		return nil, bankclient.Capabilities{}, env.err
+	}
 	opts.Timeout = b.timeout
 	if b.insecure {
 		opts.InsecureHTTP = true

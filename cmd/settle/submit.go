@@ -46,13 +46,17 @@ by default) whatever its payload, so a conflicting payload never reaches
 settle to be recorded. Lines are not validated here: invalid ones are kept by
 the worker in intake_rejects (settle reconcile rejects).
 
---api-token can also be set through SETTLE_API_TOKEN.`
+--api-token can also be set through SETTLE_API_TOKEN, --api-token-file through
+SETTLE_API_TOKEN_FILE. The token is never sent over plain http to a host that
+is not this machine unless --insecure-http.`
 
 // cmdSubmit runs `settle submit`.
 func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("submit", "[flags] [FILE|-]", submitDescription, s)
 	url := fs.String("url", "http://"+worker.DefaultListen, "base URL of the settle API")
-	token := fs.String("api-token", "", "API token, sent as Authorization: Bearer (never printed)")
+	token := fs.String("api-token", "", "API token, sent as Authorization: Bearer (never printed); prefer SETTLE_API_TOKEN or --api-token-file: a command line is visible to every user in ps")
+	tokenFile := fs.String("api-token-file", "", "read the API token from this file (one line) instead of --api-token")
+	insecure := fs.Bool("insecure-http", false, "allow sending the API token over plain http to a host that is not this machine (refused otherwise: anyone on the path could read it)")
 	concurrency := fs.Int("concurrency", 8, "requests in flight")
 	batch := fs.Int("batch", 0, "post up to this many events per request to /v1/settlements/batch (at most 1000; 0: one event per request); every line still gets its own outcome")
 	retryFor := fs.Duration("retry-for", 2*time.Minute, "how long to keep retrying one event that gets no definitive answer")
@@ -71,6 +75,11 @@ func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 		fs.Usage()
 		return exitError
 	}
+	tok, err := apiToken(*token, *tokenFile)
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle submit: %v\n", err)
+		return exitError
+	}
 	in, name, total, err := openInput(fs.Arg(0), s.In)
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle submit: %v\n", err)
@@ -78,7 +87,7 @@ func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	}
 	defer in.Close()
 
-	opts := submit.Options{URL: *url, Token: *token, Concurrency: *concurrency, Batch: *batch, RetryFor: *retryFor}
+	opts := submit.Options{URL: *url, Token: tok, InsecureHTTP: *insecure, Concurrency: *concurrency, Batch: *batch, RetryFor: *retryFor}
 	if bar := cli.NewBar(s.Err, int64(total), "submitting "+name); bar != nil {
 		opts.OnResult = func(submit.Result) { bar.Add(1) }
 		defer bar.Finish()

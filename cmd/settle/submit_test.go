@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,10 +39,15 @@ func TestSubmitAgainstAWorker(t *testing.T) {
 	bin := bintest.Build(t)
 	db := dbtest.New(t)
 	_, bankURL := fakebanktest.NewServer(t, fakebank.Options{})
-	url := startWorkerBin(t, db, bankURL, "tok")
+	const tok = "tok-submit-0123456789"
+	url := startWorkerBin(t, db, bankURL, tok)
 	env := envWithout("DATABASE_URL", "SETTLE_")
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte(tok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
-	out, code := runBinOut(t, bin, env, "submit", "--url", url, "--api-token", "tok", "--concurrency", "1", "--json",
+	out, code := runBinOut(t, bin, env, "submit", "--url", url, "--api-token-file", tokFile, "--concurrency", "1", "--json",
 		"../../internal/submit/testdata/events.ndjson")
 	if code != exitFindings {
 		t.Errorf("exit %d, want %d (invalid lines and a conflict)\n%s", code, exitFindings, out)
@@ -68,7 +74,7 @@ func TestSubmitAgainstAWorker(t *testing.T) {
 	}
 
 	// Everything again: only replays now, and the same invalid lines.
-	out, code = runBinOut(t, bin, env, "submit", "--url", url, "--api-token", "tok", "../../internal/submit/testdata/events.ndjson")
+	out, code = runBinOut(t, bin, append(env, "SETTLE_API_TOKEN="+tok), "submit", "--url", url, "../../internal/submit/testdata/events.ndjson")
 	if code != exitFindings || !strings.Contains(out, "10 lines: 0 created, 5 replayed, 1 conflict, 4 invalid, 0 errors") ||
 		!strings.Contains(out, "line 4: invalid: line is not valid JSON") {
 		t.Errorf("second run: exit %d\n%s", code, out)

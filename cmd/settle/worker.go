@@ -53,7 +53,10 @@ With --events-url, every transition, flag and receipt conflict is POSTed to
 each URL as a signed Standard Webhooks event, at least once and in each
 settlement's order (DESIGN.md section 19; settle events list).
 
-Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_API_TOKEN).`
+Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_API_TOKEN).
+Every secret of the environment (SETTLE_API_TOKEN, SETTLE_BANK_TOKEN,
+SETTLE_BANK_WEBHOOK_SECRET, SETTLE_EVENTS_SECRET) can instead be read from a
+file named by the same variable with _FILE appended (SETTLE_BANK_TOKEN_FILE).`
 
 func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("worker", "[flags]", workerDescription+crashPointsHelp(), s)
@@ -74,7 +77,9 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")
 	fs.DurationVar(&c.BankKeyTTL, "bank-key-ttl", c.BankKeyTTL, "never re-send an instruction once this long has passed since its first attempt")
 	fs.DurationVar(&c.PendingGrace, "pending-grace", c.PendingGrace, "how long a new settlement waits for its send job before the sweep checks it")
-	fs.StringVar(&c.APIToken, "api-token", "", "when set, the API requires \"Authorization: Bearer <token>\" (never logged)")
+	fs.StringVar(&c.APIToken, "api-token", "", "when set, the API requires \"Authorization: Bearer <token>\" (never logged; at least 16 characters). Prefer SETTLE_API_TOKEN or --api-token-file: a command line is visible to every user in ps")
+	var tokenFile string
+	fs.StringVar(&tokenFile, "api-token-file", "", "read the API token from this file (one line) instead of --api-token")
 	fs.StringVar(&logFormat, "log-format", cli.LogFormatAuto, "log format: text, json or auto (text on a terminal, json otherwise)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.IntVar(&c.MaxInflight, "max-inflight", c.MaxInflight, "intake requests served at once; past it the API answers 429 with Retry-After")
@@ -136,10 +141,24 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		return fail(err)
 	}
 	c.Logger = logger
-	c.Bank = bankclient.OptionsFromEnv(os.Getenv)
+	if c.APIToken, err = apiToken(c.APIToken, tokenFile); err != nil {
+		return fail(err)
+	}
+	if err := checkTokenStrength(c.APIToken); err != nil {
+		return fail(err)
+	}
+	if onCommandLine(fs, "api-token") {
+		logger.Warn("--api-token on the command line is visible to every user of this machine (ps, /proc); set SETTLE_API_TOKEN or --api-token-file instead")
+	}
+	// Every secret NAME may come from the file NAME_FILE instead.
+	env := secretEnv{getenv: os.Getenv}
+	c.Bank = bankclient.OptionsFromEnv(env.get)
 	c.Bank.InsecureHTTP = insecureHTTP
-	c.WebhookSecret = os.Getenv(bankclient.EnvWebhookSecret)
-	c.EventsSecret = os.Getenv(events.EnvSecret)
+	c.WebhookSecret = env.get(bankclient.EnvWebhookSecret)
+	c.EventsSecret = env.get(events.EnvSecret)
+	if env.err != nil {
+		return fail(env.err)
+	}
 	if err := c.Validate(); err != nil {
 		return fail(err)
 	}

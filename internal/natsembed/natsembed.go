@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/settle/settle/internal/childenv"
 )
 
 // Subcommand is the hidden settle subcommand that runs the server.
@@ -168,7 +170,9 @@ func (s *Server) start(ctx context.Context, exe string) error {
 	cmd := exec.Command(exe, Subcommand, "--dir", s.Dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = os.Environ()
+	// The server outlives this process and its environment is readable in
+	// /proc: it gets an allow-listed minimum, never settle's secrets.
+	cmd.Env = childenv.Minimal(homeEnv()...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("error starting the embedded NATS server: %w", err)
 	}
@@ -183,7 +187,7 @@ func (s *Server) start(ctx context.Context, exe string) error {
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("error starting the embedded NATS server: it exited (%v); see %s", err, s.LogFile())
+			return fmt.Errorf("error starting the embedded NATS server: it exited (%w); see %s", err, s.LogFile())
 		case <-ctx.Done():
 			_ = cmd.Process.Kill()
 			return ctx.Err()
@@ -193,6 +197,15 @@ func (s *Server) start(ctx context.Context, exe string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// homeEnv is HOME, when set: the one variable of ours the server keeps
+// besides childenv's minimum.
+func homeEnv() []string {
+	if h, ok := os.LookupEnv("HOME"); ok {
+		return []string{"HOME=" + h}
+	}
+	return nil
 }
 
 // Stop stops the server (SIGTERM: JetStream shuts down cleanly, every

@@ -38,6 +38,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/settle/settle/internal/childenv"
 )
 
 // ErrNoServer is returned when no PostgreSQL server binaries can be found.
@@ -450,6 +452,7 @@ func (c *Cluster) startWatchdog(home string) error {
 	}
 	script := fmt.Sprintf("while [ -d /proc/%d ]; do sleep 0.2; done\n%s\nrm -rf %s", os.Getpid(), stop, remove)
 	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Env = c.serverEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("error starting the cluster watchdog: %w", err)
@@ -470,7 +473,9 @@ func (c *Cluster) pgctl(ctx context.Context, args ...string) error {
 // server user.
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
+	// The server outlives this process and its environment is readable in
+	// /proc: it gets an allow-listed minimum, never settle's secrets.
+	cmd.Env = c.serverEnv()
 	cmd.Dir = "/"
 	// pg_ctl start daemonises the server; keep it out of our process group
 	// so a Ctrl-C in the terminal of the first settle process does not stop
@@ -478,9 +483,21 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if c.runAs != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.runAs.uid, Gid: c.runAs.gid, NoSetGroups: true}
-		cmd.Env = append(cmd.Env, "HOME="+c.Dir)
 	}
 	return cmd
+}
+
+// serverEnv is the whole environment of initdb, pg_ctl and the server they
+// start: PATH (the server binaries first), the C locale, HOME (the cluster
+// directory, which the server user owns) and the few harmless variables
+// childenv keeps. Nothing else of ours (SETTLE_API_TOKEN,
+// SETTLE_BANK_TOKEN, DATABASE_URL, …) reaches the postgres user's processes.
+func (c *Cluster) serverEnv() []string {
+	path := c.BinDir
+	if p := os.Getenv("PATH"); p != "" {
+		path += string(os.PathListSeparator) + p
+	}
+	return childenv.Minimal("PATH="+path, "HOME="+c.Dir)
 }
 
 // credential is the unprivileged user the server runs as when we are root.

@@ -42,8 +42,14 @@ func holdCluster(home string) int {
 // cluster; release ends it and waits for its exit.
 func startHolder(t *testing.T, home string) (release func()) {
 	t.Helper()
+	return startHolderEnv(t, home)
+}
+
+// startHolderEnv is startHolder with env added to the helper's environment.
+func startHolderEnv(t *testing.T, home string, env ...string) (release func()) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holdEnv+"="+home)
+	cmd.Env = append(append(os.Environ(), holdEnv+"="+home), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

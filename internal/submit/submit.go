@@ -22,7 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -68,12 +70,21 @@ var ErrFatal = errors.New("the API refused the submission")
 // definitive answer to any of them (unreachable, or always overloaded).
 var ErrNoAnswer = errors.New("the API never answered")
 
+// ErrPlainHTTP is matched when the token would travel over plain http to a
+// host that is not this machine.
+var ErrPlainHTTP = errors.New("refusing to send the API token over plain http to a host that is not this machine")
+
 // Options configure a run. URL is required.
 type Options struct {
 	// URL is the base URL of the API, e.g. http://127.0.0.1:8080.
 	URL string
-	// Token, when set, is sent as "Authorization: Bearer <token>".
+	// Token, when set, is sent as "Authorization: Bearer <token>". It is
+	// refused over plain http to a host that is not this machine (anyone
+	// on the path could read it) unless InsecureHTTP.
 	Token string
+	// InsecureHTTP allows sending Token over plain http to another host
+	// (settle submit --insecure-http).
+	InsecureHTTP bool
 	// Concurrency is the number of requests in flight (default 8).
 	Concurrency int
 	// Batch, when above 1, posts up to this many events per request to
@@ -179,6 +190,9 @@ func Run(ctx context.Context, r io.Reader, o Options) (Summary, error) {
 	start := time.Now()
 	if o.URL == "" {
 		return Summary{}, fmt.Errorf("%w: no API URL", ErrFatal)
+	}
+	if err := checkURL(o); err != nil {
+		return Summary{}, err
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 8
@@ -510,6 +524,28 @@ func retry(ctx context.Context, o Options, endpoint string, body []byte, decide 
 		case <-t.C:
 		}
 	}
+}
+
+// checkURL refuses a URL that is not http(s) and, unless o.InsecureHTTP, a
+// token sent over plain http to a host other than this machine.
+func checkURL(o Options) error {
+	u, err := url.Parse(o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: invalid API URL %q: want http(s)://host[:port]", ErrFatal, o.URL)
+	}
+	if u.Scheme == "http" && o.Token != "" && !o.InsecureHTTP && !isLoopback(u.Hostname()) {
+		return fmt.Errorf("%w (%s): use https, or accept the risk with --insecure-http", ErrPlainHTTP, u.Host)
+	}
+	return nil
+}
+
+// isLoopback reports whether host names this machine.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // send makes one request. An error means no HTTP answer arrived.
