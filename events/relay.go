@@ -21,6 +21,10 @@ const (
 	DefaultRetryFor = 72 * time.Hour
 	DefaultBatch    = 32
 	DefaultPoll     = 200 * time.Millisecond
+	// DefaultHeartbeat is how often a running relay registers its sinks
+	// again (event_sinks.seen_at), so that `settle events sinks` tells a
+	// sink some worker relays to from one no worker has any more.
+	DefaultHeartbeat = 30 * time.Second
 )
 
 // Observer is told of every attempt (the worker's metrics).
@@ -42,10 +46,13 @@ type Relay struct {
 	// settlement); they are sent at once.
 	Batch int
 	// Poll is how long the relay waits when nothing was due.
-	Poll     time.Duration
-	Now      func() time.Time
-	Logger   *slog.Logger
-	Observer Observer
+	Poll time.Duration
+	// Heartbeat is how often Run registers the sinks again (default
+	// DefaultHeartbeat).
+	Heartbeat time.Duration
+	Now       func() time.Time
+	Logger    *slog.Logger
+	Observer  Observer
 }
 
 func (r *Relay) defaults() {
@@ -64,6 +71,9 @@ func (r *Relay) defaults() {
 	if r.Poll <= 0 {
 		r.Poll = DefaultPoll
 	}
+	if r.Heartbeat <= 0 {
+		r.Heartbeat = DefaultHeartbeat
+	}
 	if r.Now == nil {
 		r.Now = time.Now
 	}
@@ -72,10 +82,13 @@ func (r *Relay) defaults() {
 	}
 }
 
-// Register records the relay's sinks, so that every event committed from
-// now on is queued for each of them. Run calls it; a caller may call it
-// first to be sure no event written after it returns is missed.
+// Register records the relay's sinks as relayed to now (seen_at), so that
+// every event committed after it returns is queued for each of them. The
+// worker calls it before it takes anything in; Run calls it too, and
+// again every Heartbeat. A sink an operator had forgotten (ForgetSink) is
+// taken back, with a warning: a configured sink is never skipped.
 func (r *Relay) Register(ctx context.Context) error {
+	r.defaults()
 	names := make([]string, len(r.Sinks))
 	for i, s := range r.Sinks {
 		names[i] = s.Name()
@@ -83,16 +96,31 @@ func (r *Relay) Register(ctx context.Context) error {
 	if len(names) == 0 {
 		return nil
 	}
-	_, err := r.Pool.Exec(ctx, `INSERT INTO event_sinks (sink) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, names)
+	var revived []string
+	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT sink FROM event_sinks WHERE sink = ANY($1) AND forgotten_at IS NOT NULL ORDER BY sink FOR UPDATE`, names)
+		if err != nil {
+			return err
+		}
+		if revived, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO event_sinks (sink, seen_at) SELECT unnest($1::text[]), $2
+			ON CONFLICT (sink) DO UPDATE SET seen_at = EXCLUDED.seen_at, forgotten_at = NULL, forgotten_by = NULL`, names, r.Now())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("error registering event sinks: %w", err)
+	}
+	for _, s := range revived {
+		r.Logger.Warn("events: a forgotten sink is configured here and relayed to again; events written while it was forgotten are not queued for it (settle events redeliver --settlement sends them)", "sink", s)
 	}
 	return nil
 }
 
-// Run registers the sinks and relays to each until ctx ends. A database
-// error is logged and retried after a pause; Run returns only when ctx
-// ends (nil) or the sinks cannot be registered.
+// Run registers the sinks and relays to each until ctx ends, registering
+// them again every Heartbeat. A database error is logged and retried
+// after a pause; Run returns only when ctx ends (nil).
 func (r *Relay) Run(ctx context.Context) error {
 	r.defaults()
 	if len(r.Sinks) == 0 {
@@ -105,16 +133,20 @@ func (r *Relay) Run(ctx context.Context) error {
 			registered = true
 		}
 		if !registered && !sleep(ctx, time.Second) {
+			r.Logger.Warn("events: gave up registering sinks: the worker is stopping")
 			return nil
 		}
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		for sleep(ctx, r.Heartbeat) {
+			if err := r.Register(ctx); err != nil && ctx.Err() == nil {
+				r.Logger.Warn("events: cannot register sinks again", "error", err)
+			}
+		}
+	})
 	for _, s := range r.Sinks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.relay(ctx, s)
-		}()
+		wg.Go(func() { r.relay(ctx, s) })
 	}
 	wg.Wait()
 	return nil

@@ -158,8 +158,9 @@ type Redelivered struct {
 // Redeliver queues the target's events again at every known sink (their
 // deliveries become pending, due now, with a fresh retry window; a sink
 // that never had them gets them), in one transaction, and returns what it
-// queued per settlement. It returns an error matching settlement.ErrNotFound
-// when an event id or settlement names no event.
+// queued per settlement. A forgotten sink gets nothing. It returns an
+// error matching settlement.ErrNotFound when an event id or settlement
+// names no event.
 func Redeliver(ctx context.Context, tx DB, t Target, now time.Time) ([]Redelivered, error) {
 	set := 0
 	for _, b := range []bool{t.EventID != "", t.SettlementID != "", t.Dead} {
@@ -178,7 +179,7 @@ func Redeliver(ctx context.Context, tx DB, t Target, now time.Time) ([]Redeliver
 		), queued AS (
 			INSERT INTO event_deliveries (event_seq, sink, settlement_id, n, state, next_attempt_at)
 			SELECT t.seq, k.sink, t.settlement_id, t.n, 'pending', $4
-			FROM target t CROSS JOIN event_sinks k
+			FROM target t JOIN event_sinks k ON k.forgotten_at IS NULL
 			WHERE NOT $3 OR EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event_seq = t.seq AND d.sink = k.sink AND d.state = 'dead')
 			ON CONFLICT (event_seq, sink) DO UPDATE
 			SET state = 'pending', next_attempt_at = $4, first_attempt_at = NULL, delivered_at = NULL
@@ -212,8 +213,15 @@ func Redeliver(ctx context.Context, tx DB, t Target, now time.Time) ([]Redeliver
 // Prune deletes, in one batch of at most limit, the events created before
 // cutoff that are delivered to every sink they were queued for (or were
 // queued for none); an event pending or dead anywhere is kept, whatever
-// its age. It returns how many it deleted.
+// its age. First it drops the pending deliveries of forgotten sinks (an
+// event committed while ForgetSink ran may have queued one). It
+// returns how many events it deleted.
 func Prune(ctx context.Context, db DB, cutoff time.Time, limit int) (int64, error) {
+	if _, err := db.Exec(ctx, `
+		DELETE FROM event_deliveries
+		WHERE state = 'pending' AND sink IN (SELECT sink FROM event_sinks WHERE forgotten_at IS NOT NULL)`); err != nil {
+		return 0, fmt.Errorf("error dropping the deliveries of forgotten sinks: %w", err)
+	}
 	tag, err := db.Exec(ctx, `
 		DELETE FROM settlement_events WHERE seq IN (
 			SELECT e.seq FROM settlement_events e

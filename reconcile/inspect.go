@@ -201,7 +201,7 @@ func timeline(st Story) []Event {
 		switch a.Action {
 		case OperatorNote:
 			t += "noted: " + a.Detail
-		case OperatorRedeliver:
+		case OperatorRedeliver, OperatorForgetSink:
 			t += "asked to " + a.Detail + ": " + a.Result
 		default:
 			t += "asked to resolve now: " + a.Result

@@ -25,6 +25,9 @@ const (
 	// OperatorRedeliver is `settle events redeliver`: a settlement's
 	// outcome events queued again for its sinks.
 	OperatorRedeliver = "redeliver"
+	// OperatorForgetSink is `settle events forget-sink`: the settlement's
+	// undelivered events at a sink taken out of the configuration dropped.
+	OperatorForgetSink = "forget_sink"
 )
 
 // Limits of an OperatorAction, as the schema enforces them.
@@ -41,7 +44,8 @@ type OperatorAction struct {
 	SettlementID string `json:"settlement_id"`
 	// Operator is the operator's name (the HTTP Basic user name).
 	Operator string `json:"operator"`
-	// Action is OperatorNote, OperatorResolve or OperatorRedeliver.
+	// Action is OperatorNote, OperatorResolve, OperatorRedeliver or
+	// OperatorForgetSink.
 	Action string `json:"action"`
 	// Detail is the note's text, or what was asked.
 	Detail string `json:"detail"`
@@ -61,7 +65,7 @@ func (a OperatorAction) Validate() error {
 		return errors.New("an action needs the operator's name")
 	case utf8.RuneCountInString(a.Operator) > MaxOperatorLen:
 		return fmt.Errorf("operator name longer than %d characters", MaxOperatorLen)
-	case a.Action != OperatorNote && a.Action != OperatorResolve && a.Action != OperatorRedeliver:
+	case a.Action != OperatorNote && a.Action != OperatorResolve && a.Action != OperatorRedeliver && a.Action != OperatorForgetSink:
 		return fmt.Errorf("unknown action %q", a.Action)
 	case a.Action == OperatorNote && strings.TrimSpace(a.Detail) == "":
 		return errors.New("the note is empty")

@@ -27,7 +27,14 @@ transition, flag and receipt conflict, delivered by the workers to each
   settle events list [--settlement ID] [--undelivered] [--dead] [--json]
       the events, oldest first, with their delivery at each sink
   settle events redeliver EVENT_ID | --settlement ID | --dead
-      queue events again at every sink (an operator action, recorded)`
+      queue events again at every sink (an operator action, recorded)
+  settle events sinks [--json]
+      every sink events were queued for: whether a worker relays to it,
+      and its pending, dead and delivered counts
+  settle events forget-sink URL [--force]
+      the end of a sink taken out of every worker's --events-url: its
+      pending and dead deliveries are dropped and nothing is queued for it
+      any more (an operator action, recorded)`
 
 func cmdEvents(ctx context.Context, args []string, s Stdio) int {
 	return (&eventsCmd{s: s}).run(ctx, args)
@@ -51,13 +58,17 @@ func (c *eventsCmd) run(ctx context.Context, args []string) int {
 		return c.list(ctx, args)
 	case "redeliver":
 		return c.redeliver(ctx, args)
+	case "sinks":
+		return c.sinks(ctx, args)
+	case "forget-sink":
+		return c.forgetSink(ctx, args)
 	case "":
-		fs := newFlagSet("events", "list|redeliver [flags]", eventsDescription, s)
+		fs := newFlagSet("events", "list|redeliver|sinks|forget-sink [flags]", eventsDescription, s)
 		if code, done := parseFlags(fs, args); done {
 			return code
 		}
 	}
-	fmt.Fprintf(s.Err, "settle events: unknown form %q (want list or redeliver; see settle events --help)\n", form)
+	fmt.Fprintf(s.Err, "settle events: unknown form %q (want list, redeliver, sinks or forget-sink; see settle events --help)\n", form)
 	return exitError
 }
 
@@ -226,5 +237,143 @@ an operator action, recorded on each settlement's story with --operator.`, s)
 		n += r.Deliveries
 	}
 	fmt.Fprintf(s.Out, "%d deliveries of %d settlement(s) queued again\n", n, len(queued))
+	return exitOK
+}
+
+func (c *eventsCmd) sinks(ctx context.Context, args []string) int {
+	s := c.s
+	fs := newFlagSet("events sinks", "[--json]", `
+Lists every sink outcome events were queued for, with when a worker last
+registered it (workers do every 30s while they relay to it), whether one
+still does, and its deliveries: pending, dead, delivered, and the age of
+the oldest pending. A sink no worker relays to any more keeps its pending
+deliveries (and the settle_events_pending metrics count them) until it is
+configured again or forgotten (settle events forget-sink). Exit 0 when it
+ran.`, s)
+	asJSON := fs.Bool("json", false, `print {"sinks":[{"sink","created_at","seen_at","relayed","forgotten_at","forgotten_by","pending","dead","delivered","oldest_pending"}],"count":n}`)
+	pos, code, done := parseArgs(fs, args)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(s.Err, "settle events sinks: unexpected arguments %q\n", pos)
+		return exitError
+	}
+	pool := c.open(ctx, "sinks")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	list, err := events.Sinks(ctx, pool)
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle events sinks: %v\n", err)
+		return exitError
+	}
+	now := time.Now()
+	out := bufio.NewWriter(s.Out)
+	defer out.Flush()
+	if *asJSON {
+		type sink struct {
+			events.SinkInfo
+			Relayed bool `json:"relayed"`
+		}
+		l := make([]sink, len(list))
+		for i, k := range list {
+			l[i] = sink{k, k.Relayed(now, events.SinkIdle)}
+		}
+		if err := json.NewEncoder(out).Encode(map[string]any{"sinks": l, "count": len(l)}); err != nil {
+			fmt.Fprintf(s.Err, "settle events sinks: %v\n", err)
+			return exitError
+		}
+		return exitOK
+	}
+	tb := newBlockTable(out, "SINK\tRELAYED\tPENDING\tDEAD\tDELIVERED\tOLDEST PENDING")
+	for _, k := range list {
+		relayed := "yes"
+		switch {
+		case k.ForgottenAt != nil:
+			relayed = fmt.Sprintf("forgotten by %s at %s", k.ForgottenBy, k.ForgottenAt.UTC().Format(time.RFC3339))
+		case k.SeenAt == nil:
+			relayed = "never registered"
+		case !k.Relayed(now, events.SinkIdle):
+			relayed = fmt.Sprintf("no (by no worker since %s)", k.SeenAt.UTC().Format(time.RFC3339))
+		}
+		oldest := "-"
+		if k.OldestPending != nil {
+			oldest = now.Sub(*k.OldestPending).Round(time.Second).String()
+		}
+		_ = tb.row("%s\t%s\t%d\t%d\t%d\t%s\n", k.Sink, relayed, k.Pending, k.Dead, k.Delivered, oldest)
+	}
+	if err := tb.flush(); err != nil {
+		fmt.Fprintf(s.Err, "settle events sinks: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(out, "%d sink(s)\n", len(list))
+	return exitOK
+}
+
+func (c *eventsCmd) forgetSink(ctx context.Context, args []string) int {
+	s := c.s
+	fs := newFlagSet("events forget-sink", "URL [--force]", `
+Ends a sink taken out of every worker's --events-url (or --events-publish):
+its pending and dead deliveries are dropped (their attempts stay on each
+settlement's story), nothing is queued for it from now on, and the events
+delivered there may be pruned. Without it they would wait for ever and
+hold the settle_events_pending metrics up. Refused while a worker still
+registers the sink (within the last 2m) unless --force; a worker started
+later with it configured takes it back, and says so. URL is the sink as
+settle events sinks prints it. It is an operator action, recorded on each
+settlement that had an undelivered event there, with --operator.`, s)
+	force := fs.Bool("force", false, "forget it even though a worker registered it within the last 2m")
+	operator := fs.String("operator", os.Getenv("USER"), "your name, recorded with the action (default $USER)")
+	pos, code, done := parseArgs(fs, args)
+	if done {
+		return code
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(s.Err, "settle events forget-sink: want one sink (as settle events sinks prints it), got %q\n", pos)
+		return exitError
+	}
+	if strings.TrimSpace(*operator) == "" {
+		*operator = "cli"
+	}
+	sink := pos[0]
+	pool := c.open(ctx, "forget-sink")
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	now := time.Now()
+	var dropped []events.Forgotten
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if dropped, err = events.ForgetSink(ctx, tx, sink, *operator, now, *force); err != nil {
+			return err
+		}
+		for _, f := range dropped {
+			if _, err := reconcile.RecordAction(ctx, tx, reconcile.OperatorAction{SettlementID: f.SettlementID, Operator: *operator,
+				Action: reconcile.OperatorForgetSink, Detail: "forget sink " + sink,
+				Result: fmt.Sprintf("%d undelivered deliveries dropped", f.Deliveries), OK: true, At: now}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, events.ErrSinkInUse):
+		fmt.Fprintf(s.Err, "settle events forget-sink: %v\n", err)
+		return exitError
+	case errors.Is(err, settlement.ErrNotFound):
+		fmt.Fprintf(s.Err, "settle events forget-sink: %v\n", err)
+		return exitFindings
+	case err != nil:
+		fmt.Fprintf(s.Err, "settle events forget-sink: %v\n", err)
+		return exitError
+	}
+	n := 0
+	for _, f := range dropped {
+		n += f.Deliveries
+	}
+	fmt.Fprintf(s.Out, "sink %s forgotten: %d undelivered deliveries of %d settlement(s) dropped\n", sink, n, len(dropped))
 	return exitOK
 }

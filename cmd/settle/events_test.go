@@ -94,3 +94,66 @@ func TestEventsListRedeliver(t *testing.T) {
 		t.Errorf("redeliver of nothing: exit %d, want %d", code, exitError)
 	}
 }
+
+// TestEventsSinksForgetSink: `settle events sinks` tells a sink no worker
+// registers any more, with its pending deliveries; `settle events
+// forget-sink` refuses one a worker registered recently, drops the
+// undelivered deliveries of the other and records the operator action.
+func TestEventsSinksForgetSink(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	const live, gone = "https://hooks.example/live", "https://hooks.example/gone"
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO event_sinks (sink, seen_at) VALUES ($1, now()), ($2, now() - interval '1 day')`, live, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
+			VALUES ('s1', 'acc', 'ben', 100, 'EUR', 'pending', 'k-s1', 'sha256:00')`); err != nil {
+			return err
+		}
+		return statemachine.Created(ctx, tx, "received", time.Time{}, "s1")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runEvents(t, db, "sinks", "--json")
+	if code != exitOK {
+		t.Fatalf("sinks exit %d: %s", code, errs)
+	}
+	var got struct {
+		Sinks []map[string]any `json:"sinks"`
+		Count int              `json:"count"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Count != 2 {
+		t.Fatalf("sinks --json = %s (%v)", out, err)
+	}
+	for _, k := range got.Sinks {
+		if k["relayed"] != (k["sink"] == live) || k["pending"] != 1.0 {
+			t.Errorf("sink %v", k)
+		}
+	}
+	if code, out, _ := runEvents(t, db, "sinks"); code != exitOK || !strings.Contains(out, "no (by no worker since") || !strings.Contains(out, "2 sink(s)") {
+		t.Errorf("sinks: %d %s", code, out)
+	}
+
+	if code, _, errs := runEvents(t, db, "forget-sink", live); code != exitError || !strings.Contains(errs, "recently") {
+		t.Errorf("forget-sink of a live sink: %d %s", code, errs)
+	}
+	if code, _, _ := runEvents(t, db, "forget-sink", "https://hooks.example/never"); code != exitFindings {
+		t.Errorf("forget-sink of an unknown sink: exit %d, want %d", code, exitFindings)
+	}
+	if code, out, errs := runEvents(t, db, "forget-sink", gone, "--operator", "ana"); code != exitOK || !strings.Contains(out, "1 undelivered deliveries of 1 settlement(s) dropped") {
+		t.Fatalf("forget-sink: %d %s %s", code, out, errs)
+	}
+	var operator, action, detail string
+	if err := db.Pool.QueryRow(ctx, `SELECT operator, action, detail FROM operator_actions WHERE settlement_id = 's1'`).Scan(&operator, &action, &detail); err != nil ||
+		operator != "ana" || action != "forget_sink" || detail != "forget sink "+gone {
+		t.Errorf("recorded action: %s %s %q %v", operator, action, detail, err)
+	}
+	if code, out, _ := runEvents(t, db, "sinks"); code != exitOK || !strings.Contains(out, "forgotten by ana") {
+		t.Errorf("sinks after forget-sink: %d %s", code, out)
+	}
+	if code, out, _ := runEvents(t, db, "list", "--undelivered"); code != exitOK || strings.Contains(out, gone) {
+		t.Errorf("list --undelivered after forget-sink: %d %s", code, out)
+	}
+}

@@ -371,6 +371,15 @@ func (w *Worker) River() *river.Client[pgx.Tx] { return w.river }
 // not nil, is called once the API accepts connections.
 func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 	defer w.stopUI()
+	// The sinks are registered before anything is taken in or moved: an
+	// event committed once intake, a source or a job runs is queued for
+	// each of them.
+	if w.relay != nil {
+		if err := w.relay.Register(ctx); err != nil {
+			w.ln.Close()
+			return err
+		}
+	}
 	if err := w.river.Start(ctx); err != nil {
 		w.ln.Close()
 		return fmt.Errorf("error starting River: %w", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/events/eventstest"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/dbtest"
@@ -281,5 +282,51 @@ func TestRunServesUntilCancelled(t *testing.T) {
 			t.Fatalf("still %s", v.Settlement.State)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// TestRunRegistersSinksFirst: by the time the worker accepts connections
+// (and before River or a source moves anything) its event sinks are
+// registered, so the very first settlement's events are queued for them
+// and delivered.
+func TestRunRegistersSinksFirst(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	rcv := eventstest.NewReceiver(t, nil, secret)
+	var pool *pgxpool.Pool
+	w := newWorker(t, "tok", func(c *worker.Config) {
+		c.EventsURLs, c.EventsSecret, pool = []string{rcv.URL()}, secret, c.Pool
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var registered int
+	go func() {
+		done <- w.Run(ctx, func(addr string) {
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM event_sinks WHERE sink = $1 AND seen_at IS NOT NULL`, rcv.URL()).Scan(&registered); err != nil {
+				t.Error(err)
+			}
+			ready <- addr
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	base := "http://" + <-ready
+	if registered != 1 {
+		t.Fatalf("the sink was not registered when the worker said it was ready")
+	}
+	ev := `{"settlement_id":"first","account_id":"acc","amount_cents":1234,"currency":"EUR","beneficiary":"DE89370400440532013000"}`
+	if code, body := settletest.Do(t, http.MethodPost, base+"/v1/settlements", "Bearer tok", ev); code != http.StatusCreated {
+		t.Fatalf("POST = %d %s", code, body)
+	}
+	if !rcv.Wait(time.Minute, func(m []eventstest.Message) bool { return len(m) > 0 && m[len(m)-1].Type == "settlement.confirmed" }) {
+		t.Fatalf("received %+v", rcv.Accepted())
+	}
+	if p := rcv.Problems(); len(p) > 0 || rcv.Accepted()[0].ID != "first:1" {
+		t.Fatalf("problems %q, accepted %+v", p, rcv.Accepted())
 	}
 }
