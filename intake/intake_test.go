@@ -200,7 +200,7 @@ func TestCreateReplayConflict(t *testing.T) {
 	if err := b.db.Pool.QueryRow(ctx, `SELECT kind, queue FROM river_job WHERE args->>'settlement_id' = 'order-1'`).Scan(&kind, &queue); err != nil {
 		t.Fatal(err)
 	}
-	if kind != "send_instruction" || queue != jobs.QueueBank {
+	if kind != "send_instruction" || queue != jobs.QueueFor("settle") {
 		t.Fatalf("job: %s on %s", kind, queue)
 	}
 }

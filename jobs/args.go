@@ -16,6 +16,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,11 +27,26 @@ import (
 
 // Queue names.
 const (
-	// QueueBank runs the jobs that call the bank.
+	// QueueBank is where the jobs that call the bank went before each bank
+	// had a queue of its own (and where one inserted without a queue still
+	// goes): every worker takes them and moves each to its bank's queue.
 	QueueBank = "bank"
 	// QueueMaintenance runs the sweep and retention.
 	QueueMaintenance = "maintenance"
+	// QueueBankPrefix starts the name of a bank's queue: bank_<name>
+	// (QueueFor). Only the workers of that bank fetch it, so a worker never
+	// takes another bank's work, and a slow bank never holds back another.
+	QueueBankPrefix = "bank_"
 )
+
+// QueueFor is the queue of bank's jobs (send, reconcile).
+func QueueFor(bank string) string { return QueueBankPrefix + bank }
+
+// BankOfQueue is the bank whose queue queue is, if it is one.
+func BankOfQueue(queue string) (string, bool) {
+	bank, ok := strings.CutPrefix(queue, QueueBankPrefix)
+	return bank, ok && bank != ""
+}
 
 // SendInstructionArgs sends a settlement's payment instruction to the bank.
 // Intake inserts it in the transaction that creates the settlement.
@@ -82,7 +98,8 @@ func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, sends []intake.S
 	}
 	params := make([]river.InsertManyParams, len(sends))
 	for i, j := range sends {
-		params[i] = river.InsertManyParams{Args: SendInstructionArgs{SettlementID: j.SettlementID}}
+		params[i] = river.InsertManyParams{Args: SendInstructionArgs{SettlementID: j.SettlementID},
+			InsertOpts: &river.InsertOpts{Queue: QueueFor(j.Bank)}}
 	}
 	if _, err := in.Client.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("error inserting send_instruction jobs: %w", err)
@@ -91,11 +108,11 @@ func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, sends []intake.S
 }
 
 // CheckNow inserts a reconcile_settlement job for settlementID, due at
-// once: a webhook's hint. Jobs are unique by settlement within a few
-// seconds, so a burst of hints costs one check.
-func (in Inserter) CheckNow(ctx context.Context, settlementID string) error {
+// once, on the queue of its bank: a webhook's hint. Jobs are unique by
+// settlement within a few seconds, so a burst of hints costs one check.
+func (in Inserter) CheckNow(ctx context.Context, settlementID, bank string) error {
 	_, err := in.Client.Insert(ctx, ReconcileSettlementArgs{SettlementID: settlementID},
-		&river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: 5 * time.Second}})
+		&river.InsertOpts{Queue: QueueFor(bank), UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: 5 * time.Second}})
 	if err != nil {
 		return fmt.Errorf("error inserting reconcile_settlement for %s: %w", settlementID, err)
 	}

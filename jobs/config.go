@@ -10,8 +10,12 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/reconcile"
 )
+
+// legacyConcurrency bounds the workers of QueueBank, which only move jobs.
+const legacyConcurrency = 10
 
 // Defaults of Deps.
 const (
@@ -31,9 +35,18 @@ const (
 type Deps struct {
 	// Pool is the database (required).
 	Pool *pgxpool.Pool
-	// Resolver carries the bank work out (required). Its Lease must exceed
-	// JobTimeout: it is how long the sweep leaves a claimed settlement alone.
+	// Resolver carries the bank work out (required unless Resolvers is
+	// given). Its Lease must exceed JobTimeout: it is how long the sweep
+	// leaves a claimed settlement alone.
 	Resolver *reconcile.Resolver
+	// Resolvers, when not empty, replaces Resolver: one per bank served,
+	// each with its BankName (distinct). Each bank's jobs run on its own
+	// queue (QueueFor) with BankConcurrency workers; a job whose settlement
+	// belongs to another bank is refused and moved to that bank's queue.
+	Resolvers []*reconcile.Resolver
+	// Metrics counts the jobs refused for another bank (default: counted
+	// nowhere).
+	Metrics *metrics.Metrics
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives the workers' and River's logs. Default: discard.
@@ -78,6 +91,15 @@ func (d Deps) withDefaults() Deps {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(d.Resolvers) == 0 && d.Resolver != nil {
+		d.Resolvers = []*reconcile.Resolver{d.Resolver}
+	}
+	if d.Resolver == nil && len(d.Resolvers) > 0 {
+		d.Resolver = d.Resolvers[0]
+	}
+	if d.Metrics == nil {
+		d.Metrics = metrics.NewUnregistered()
 	}
 	if d.BankConcurrency <= 0 {
 		d.BankConcurrency = DefaultBankConcurrency
@@ -124,6 +146,22 @@ func (d Deps) Validate() error {
 		return errors.New("jobs: Deps.Pool is required")
 	case d.Resolver == nil:
 		return errors.New("jobs: Deps.Resolver is required")
+	}
+	seen := map[string]bool{}
+	for _, r := range d.Resolvers {
+		if r == nil {
+			return errors.New("jobs: a nil Resolver in Deps.Resolvers")
+		}
+		name := bankOf(r)
+		if seen[name] {
+			return fmt.Errorf("jobs: bank %s served twice", name)
+		}
+		seen[name] = true
+		if r.Lease > 0 && r.Lease <= d.JobTimeout {
+			return fmt.Errorf("jobs: resolver lease %s of bank %s must exceed the job timeout %s", r.Lease, name, d.JobTimeout)
+		}
+	}
+	switch {
 	case d.RescueAfter <= d.JobTimeout:
 		return fmt.Errorf("jobs: rescue delay %s must exceed the job timeout %s", d.RescueAfter, d.JobTimeout)
 	case lease(d) <= d.JobTimeout:
@@ -136,13 +174,39 @@ func (d Deps) Validate() error {
 	return nil
 }
 
+// DefaultBank is the bank of a Resolver that names none (BankName empty):
+// settle's own protocol, the default connector.
+const DefaultBank = "settle"
+
+// bankOf is the bank r serves.
+func bankOf(r *reconcile.Resolver) string {
+	if r.BankName != "" {
+		return r.BankName
+	}
+	return DefaultBank
+}
+
+// Banks lists the banks deps serves, in order.
+func (d Deps) Banks() []string {
+	d = d.withDefaults()
+	banks := make([]string, len(d.Resolvers))
+	for i, r := range d.Resolvers {
+		banks[i] = bankOf(r)
+	}
+	return banks
+}
+
 // NewWorkers registers every settle worker.
 func NewWorkers(deps Deps) *river.Workers {
 	d := deps.withDefaults()
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &SendWorker{resolver: d.Resolver, logger: d.Logger, now: d.Now})
-	river.AddWorker(workers, &ReconcileWorker{resolver: d.Resolver, logger: d.Logger, now: d.Now})
-	river.AddWorker(workers, &SweepWorker{pool: d.Pool, now: d.Now, lease: lease(d), period: uniquePeriod(d), batch: d.SweepBatch, logger: d.Logger})
+	rt := &bankRouter{pool: d.Pool, resolvers: map[string]*reconcile.Resolver{}, metrics: d.Metrics, logger: d.Logger}
+	for _, r := range d.Resolvers {
+		rt.resolvers[bankOf(r)] = r
+	}
+	river.AddWorker(workers, &SendWorker{router: rt, logger: d.Logger, now: d.Now})
+	river.AddWorker(workers, &ReconcileWorker{router: rt, logger: d.Logger, now: d.Now})
+	river.AddWorker(workers, &SweepWorker{pool: d.Pool, now: d.Now, lease: lease(d), period: uniquePeriod(d), batch: d.SweepBatch, logger: d.Logger, served: d.Banks()})
 	river.AddWorker(workers, &RetentionWorker{pool: d.Pool, now: d.Now, horizon: d.ReplayHorizon, batch: 1000, logger: d.Logger})
 	return workers
 }
@@ -150,11 +214,22 @@ func NewWorkers(deps Deps) *river.Workers {
 // uniquePeriod is the uniqueness period of the jobs the sweep enqueues.
 func uniquePeriod(d Deps) time.Duration { return max(d.SweepInterval, time.Second) }
 
+// lease is the shortest lease of the Resolvers: the sweep claims for that
+// long.
 func lease(d Deps) time.Duration {
-	if d.Resolver != nil && d.Resolver.Lease > 0 {
-		return d.Resolver.Lease
+	l := time.Duration(0)
+	for _, r := range d.Resolvers {
+		if r != nil && r.Lease > 0 && (l == 0 || r.Lease < l) {
+			l = r.Lease
+		}
 	}
-	return reconcile.DefaultLease
+	if l == 0 && d.Resolver != nil && d.Resolver.Lease > 0 {
+		l = d.Resolver.Lease
+	}
+	if l == 0 {
+		return reconcile.DefaultLease
+	}
+	return l
 }
 
 // PeriodicJobs returns the sweep and retention periodic jobs. Configure them
@@ -181,12 +256,18 @@ func PeriodicJobs(deps Deps) []*river.PeriodicJob {
 // not an hour), and a bounded soft stop.
 func NewRiverConfig(deps Deps) *river.Config {
 	d := deps.withDefaults()
+	queues := map[string]river.QueueConfig{
+		// Jobs left on the queue of before banks had their own are only
+		// moved from it.
+		QueueBank:        {MaxWorkers: min(d.BankConcurrency, legacyConcurrency)},
+		QueueMaintenance: {MaxWorkers: d.MaintenanceConcurrency},
+	}
+	for _, bank := range d.Banks() {
+		queues[QueueFor(bank)] = river.QueueConfig{MaxWorkers: d.BankConcurrency}
+	}
 	return &river.Config{
-		Logger: d.Logger,
-		Queues: map[string]river.QueueConfig{
-			QueueBank:        {MaxWorkers: d.BankConcurrency},
-			QueueMaintenance: {MaxWorkers: d.MaintenanceConcurrency},
-		},
+		Logger:               d.Logger,
+		Queues:               queues,
 		Workers:              NewWorkers(d),
 		PeriodicJobs:         PeriodicJobs(d),
 		JobTimeout:           d.JobTimeout,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,10 @@ type SweepWorker struct {
 	period time.Duration
 	batch  int
 	logger *slog.Logger
+	// served are the banks of this worker; the sweep claims their
+	// settlements and those of the banks another worker serves now
+	// (reconcile.LiveBanks), each job on its bank's queue.
+	served []string
 }
 
 // Work sweeps.
@@ -58,12 +63,17 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 	if err != nil {
 		return fmt.Errorf("error sweeping: %w", err)
 	}
+	live, err := reconcile.LiveBanks(ctx, w.pool)
+	if err != nil {
+		return fmt.Errorf("error sweeping: %w", err)
+	}
+	banks := append(slices.Clone(w.served), live...)
 	total := map[string]int{}
 	for {
 		now := w.now()
 		var n int
 		err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			due, err := reconcile.ClaimDue(ctx, tx, now, w.lease, w.batch)
+			due, err := reconcile.ClaimDueOf(ctx, tx, now, w.lease, w.batch, banks)
 			if err != nil {
 				return err
 			}
@@ -75,7 +85,7 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 					args = SendInstructionArgs{SettlementID: d.SettlementID}
 				}
 				total[args.Kind()]++
-				params = append(params, river.InsertManyParams{Args: args, InsertOpts: &river.InsertOpts{UniqueOpts: unique}})
+				params = append(params, river.InsertManyParams{Args: args, InsertOpts: &river.InsertOpts{Queue: QueueFor(d.Bank), UniqueOpts: unique}})
 			}
 			n = len(params)
 			if n > 0 {

@@ -21,22 +21,30 @@ import (
 // the first status check) in the transaction that records the bank's answer.
 type SendWorker struct {
 	river.WorkerDefaults[SendInstructionArgs]
-	resolver *reconcile.Resolver
-	logger   *slog.Logger
-	now      func() time.Time
+	router *bankRouter
+	logger *slog.Logger
+	now    func() time.Time
 }
 
-// Work sends the instruction.
+// Work sends the instruction through the Resolver of the job's queue's
+// bank; a settlement of another bank is refused and its job moved.
 func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendInstructionArgs]) error {
 	id := job.Args.SettlementID
-	_, err := w.resolver.Send(ctx, id, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
+	r, err := resolverFor(ctx, w.router, job, id)
+	if r == nil {
+		return err
+	}
+	_, err = r.Send(ctx, id, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
 		if !out.Done && !out.NextCheckAt.IsZero() {
-			if err := insertReconcileTx(ctx, tx, id, out.NextCheckAt); err != nil {
+			if err := insertReconcileTx(ctx, tx, id, job.Queue, out.NextCheckAt); err != nil {
 				return err
 			}
 		}
 		return completeTx(ctx, tx, job, w.logger)
 	})
+	if wb := (*reconcile.WrongBankError)(nil); errors.As(err, &wb) {
+		return refuse(ctx, w.router, job, wb)
+	}
 	return jobError(err)
 }
 
@@ -54,9 +62,9 @@ func (w *SendWorker) NextRetry(job *river.Job[SendInstructionArgs]) time.Time {
 // recorded the answer.
 type ReconcileWorker struct {
 	river.WorkerDefaults[ReconcileSettlementArgs]
-	resolver *reconcile.Resolver
-	logger   *slog.Logger
-	now      func() time.Time
+	router *bankRouter
+	logger *slog.Logger
+	now    func() time.Time
 }
 
 // Work checks the settlement's status at the bank.
@@ -64,12 +72,19 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSett
 	if wait := job.Args.NotBefore.Sub(w.now()); wait > 0 {
 		return river.JobSnooze(wait)
 	}
-	out, err := w.resolver.Resolve(ctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
+	r, err := resolverFor(ctx, w.router, job, job.Args.SettlementID)
+	if r == nil {
+		return err
+	}
+	out, err := r.Resolve(ctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
 		if !out.Done {
 			return nil // snoozed after the commit
 		}
 		return completeTx(ctx, tx, job, w.logger)
 	})
+	if wb := (*reconcile.WrongBankError)(nil); errors.As(err, &wb) {
+		return refuse(ctx, w.router, job, wb)
+	}
 	if err != nil {
 		return jobError(err)
 	}
@@ -106,13 +121,14 @@ func jobError(err error) error {
 	return err
 }
 
-// insertReconcileTx schedules the status check of a settlement in tx.
-func insertReconcileTx(ctx context.Context, tx pgx.Tx, id string, at time.Time) error {
+// insertReconcileTx schedules the status check of a settlement in tx, on
+// queue (its bank's).
+func insertReconcileTx(ctx context.Context, tx pgx.Tx, id, queue string, at time.Time) error {
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
 		return fmt.Errorf("error scheduling reconcile_settlement for %s: %w", id, err)
 	}
-	if _, err := client.InsertTx(ctx, tx, ReconcileSettlementArgs{SettlementID: id, NotBefore: at}, nil); err != nil {
+	if _, err := client.InsertTx(ctx, tx, ReconcileSettlementArgs{SettlementID: id, NotBefore: at}, &river.InsertOpts{Queue: queue}); err != nil {
 		return fmt.Errorf("error scheduling reconcile_settlement for %s: %w", id, err)
 	}
 	return nil

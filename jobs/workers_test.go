@@ -222,6 +222,7 @@ func TestSweepNotBlockedByDeadRunningJob(t *testing.T) {
 	// The dead job: inserted by an earlier sweep with the same uniqueness,
 	// then left running.
 	res, err := b.client.Insert(ctx, ReconcileSettlementArgs{SettlementID: "dead"}, &river.InsertOpts{
+		Queue:       QueueFor(DefaultBank),
 		ScheduledAt: time.Now().Add(-time.Minute),
 		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByPeriod: time.Second},
 	})

@@ -92,6 +92,10 @@ type Story struct {
 	Events []events.Listed `json:"events"`
 	// Timeline is every event above in time order.
 	Timeline []Event `json:"timeline"`
+	// Waiting says why an open settlement does not move when no worker of
+	// its bank runs ("waiting for a worker of bank stripe"); empty
+	// otherwise.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // Event is one line of a Story's timeline.
@@ -124,7 +128,11 @@ func (i *Inspector) Show(ctx context.Context, id string) (Story, error) {
 		if st.OperatorActions, err = operatorActions(ctx, tx, id); err != nil {
 			return err
 		}
-		st.Events, err = events.Story(ctx, tx, id)
+		if st.Events, err = events.Story(ctx, tx, id); err != nil {
+			return err
+		}
+		live, err := LiveBanks(ctx, tx)
+		st.Waiting = WaitingReason(string(v.Settlement.State), v.Settlement.Bank, live)
 		return err
 	})
 	if err != nil {

@@ -53,6 +53,7 @@ const openPage = 200
 // ResolveOpen resolves every settlement that is not terminal, one after the
 // other in id order, and hands each result to fn. It reads them from db in
 // short pages, so no transaction stays open while the bank is asked. It
+// reads only the settlements of its bank (BankName, when set). It
 // stops at the first error (fn's, or one ResolveOne returns, after handing
 // fn that result).
 func (r *Resolver) ResolveOpen(ctx context.Context, db Querier, fn func(ResolveResult) error) error {
@@ -60,7 +61,8 @@ func (r *Resolver) ResolveOpen(ctx context.Context, db Querier, fn func(ResolveR
 	for {
 		rows, err := db.Query(ctx, `SELECT settlement_id FROM settlements
 			WHERE state IN ('pending', 'sent', 'uncertain') AND settlement_id > $1
-			ORDER BY settlement_id LIMIT $2`, after, openPage)
+			  AND ($3 = '' OR bank = $3)
+			ORDER BY settlement_id LIMIT $2`, after, openPage, r.BankName)
 		if err != nil {
 			return fmt.Errorf("error listing open settlements: %w", err)
 		}

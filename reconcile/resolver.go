@@ -57,6 +57,12 @@ type Resolver struct {
 	DB DB
 	// Bank is the bank (required).
 	Bank bankclient.Bank
+	// BankName is the configured name of Bank (settlements.bank): the
+	// Resolver sends, checks and resolves only the settlements bound to
+	// it, and refuses any other with a *WrongBankError before the bank is
+	// asked anything. Empty: a tool of one bank that does not say (tests);
+	// workers and settle reconcile always set it.
+	BankName string
 	// Capabilities is what Bank can do; the decisions choose their
 	// questions from it. Default: bankclient.SettleConnector's (lookup by
 	// our key).
@@ -120,6 +126,7 @@ type Outcome struct {
 // facts is a settlement as loaded for a decision.
 type facts struct {
 	Facts
+	Bank         string
 	AccountID    string
 	Beneficiary  string
 	BankKey      string
@@ -203,6 +210,9 @@ func (r *Resolver) start(ctx context.Context, settlementID string, hook TxHook, 
 	if err != nil {
 		return Outcome{}, err
 	}
+	if r.BankName != "" && f.Bank != r.BankName {
+		return Outcome{}, &WrongBankError{SettlementID: settlementID, Bank: f.Bank, Served: r.BankName}
+	}
 	var out Outcome
 	switch decide(f.Facts) {
 	case ActionSend:
@@ -241,11 +251,11 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 		       (SELECT max(t.at) FROM settlement_transitions t
 		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'confirmed'),
 		       coalesce(s.bank_consent_id, ''), coalesce(s.consent_status, ''),
-		       s.consent_requested_at, s.consent_expires_at
+		       s.consent_requested_at, s.consent_expires_at, s.bank
 		FROM settlements s WHERE s.settlement_id = $1`, id).
 		Scan(&state, &f.AccountID, &f.Beneficiary, &f.AmountCents, &f.Currency, &f.BankKey,
 			&f.BankReference, &f.BankPaymentID, &first, &f.CheckAttempts, &reason, &entered, &confirmed,
-			&f.ConsentID, &consentStatus, &consentRequested, &consentExpires)
+			&f.ConsentID, &consentStatus, &consentRequested, &consentExpires, &f.Bank)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, settlement.ErrNotFound)
 	}

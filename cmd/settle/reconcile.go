@@ -405,7 +405,11 @@ Exit 0 when found, 1 when there is no such settlement.`, c.s)
 	if s.NeedsInvestigation {
 		state += "   NEEDS INVESTIGATION: " + s.InvestigationReason
 	}
+	if st.Waiting != "" {
+		state += "   " + strings.ToUpper(st.Waiting[:1]) + st.Waiting[1:]
+	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	fmt.Fprintf(tw, "paid through\tbank %s\n", s.Bank)
 	fmt.Fprintf(tw, "amount\t%d %s (minor units)\n", s.AmountCents, s.Currency)
 	fmt.Fprintf(tw, "from → to\t%s → %s\n", s.AccountID, s.Beneficiary)
 	fmt.Fprintf(tw, "payload hash\t%s\n", s.PayloadHash)
@@ -605,7 +609,8 @@ afterwards or does not exist, 2 when the bank or the database is unreachable.`, 
 	if err != nil {
 		return c.fail(" resolve", err)
 	}
-	r := &reconcile.Resolver{DB: pool, Bank: bank, Capabilities: &caps, Now: c.now, KeyTTL: *keyTTL}
+	// Only the settlements of the bank named (--bank) are asked about.
+	r := &reconcile.Resolver{DB: pool, Bank: bank, BankName: bf.name, Capabilities: &caps, Now: c.now, KeyTTL: *keyTTL}
 
 	results := []reconcile.ResolveResult{}
 	code = exitOK

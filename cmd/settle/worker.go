@@ -66,7 +66,15 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the HTTP API (port 0 picks a free port)")
 	c.BankURL = "" // the connector's own unless given
 	fs.StringVar(&c.BankURL, "bank-url", "", "base URL of the bank (default: the connector's own, "+connectorURLs()+")")
-	fs.StringVar(&c.BankName, "bank", c.BankName, "the bank connector: "+strings.Join(bankclient.Names(), ", "))
+	var bankNames []string
+	fs.Func("bank", "the bank connector: "+strings.Join(bankclient.Names(), ", ")+" (default "+c.BankName+"); several serve several banks on one worker, comma-separated or repeated (--bank settle,stripe), each configured by its own SETTLE_BANK_<NAME>_URL, SETTLE_BANK_<NAME>_TOKEN, … and run on its own queue", func(v string) error {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				bankNames = append(bankNames, name)
+			}
+		}
+		return nil
+	})
 	fs.DurationVar(&c.ConsentWait, "consent-wait", c.ConsentWait, "how long a payment's consent may await the customer's authorisation before the settlement is flagged consent_expired (banks that need consents: obie)")
 	fs.DurationVar(&c.ReturnWatch, "return-watch", 0, "how long after confirmation the bank is still asked whether a payment came back (default: the connector's; settle's is 168h)")
 	var insecureHTTP bool
@@ -156,6 +164,14 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	c.Bank.InsecureHTTP = insecureHTTP
 	c.WebhookSecret = env.get(bankclient.EnvWebhookSecret)
 	c.EventsSecret = env.get(events.EnvSecret)
+	if len(bankNames) == 1 {
+		c.BankName = bankNames[0]
+	}
+	if len(bankNames) > 1 {
+		if c.Banks, err = severalBanks(bankNames, c.BankURL, insecureHTTP, env.get); err != nil {
+			return fail(err)
+		}
+	}
 	if env.err != nil {
 		return fail(env.err)
 	}
@@ -202,6 +218,50 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// severalBanks is the configuration of the banks names of one worker, each
+// from its own environment (bankEnv). The settings of a single bank
+// (--bank-url, SETTLE_BANK_TOKEN and the like) are refused beside several:
+// one bank's credential must never reach another.
+func severalBanks(names []string, bankURL string, insecureHTTP bool, getenv func(string) string) ([]worker.BankConfig, error) {
+	if bankURL != "" {
+		return nil, fmt.Errorf("--bank-url serves a single bank; with --bank %s give each its SETTLE_BANK_<NAME>_URL", strings.Join(names, ","))
+	}
+	for _, k := range []string{bankclient.EnvToken, bankclient.EnvCAFile, bankclient.EnvStripeAccount, bankclient.EnvSigningKeyFile,
+		bankclient.EnvCertFile, bankclient.EnvKeyFile, bankclient.EnvWebhookSecret} {
+		if getenv(k) != "" {
+			return nil, fmt.Errorf("%s serves a single bank; with --bank %s give each its own (%s)", k, strings.Join(names, ","), bankEnvName(names[0], k))
+		}
+	}
+	var banks []worker.BankConfig
+	for _, name := range names {
+		env := bankEnv(name, getenv)
+		b := worker.BankConfig{Name: name, URL: env(envBankURL), Options: bankclient.OptionsFromEnv(env), WebhookSecret: env(bankclient.EnvWebhookSecret)}
+		b.Options.InsecureHTTP = insecureHTTP
+		banks = append(banks, b)
+	}
+	return banks, nil
+}
+
+// envBankURL is the bank's URL in a bank's own environment
+// (SETTLE_BANK_<NAME>_URL); a single bank takes --bank-url.
+const envBankURL = "SETTLE_BANK_URL"
+
+// bankEnvName is the variable of bank name that stands for the single
+// bank's k: SETTLE_BANK_TOKEN → SETTLE_BANK_STRIPE_TOKEN,
+// SETTLE_STRIPE_ACCOUNT → SETTLE_BANK_STRIPE_ACCOUNT.
+func bankEnvName(name, k string) string {
+	rest, ok := strings.CutPrefix(k, "SETTLE_BANK_")
+	if !ok {
+		rest = k[strings.LastIndex(k, "_")+1:]
+	}
+	return "SETTLE_BANK_" + strings.ToUpper(name) + "_" + rest
+}
+
+// bankEnv reads bank name's own environment under the single bank's names.
+func bankEnv(name string, getenv func(string) string) func(string) string {
+	return func(k string) string { return getenv(bankEnvName(name, k)) }
 }
 
 // startCPUProfile writes a CPU profile to path until the returned function

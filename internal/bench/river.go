@@ -64,7 +64,7 @@ var riverSearch = []RiverSettings{
 func measureRiver(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, r *Result) error {
 	defaults := jobs.NewRiverConfig(jobs.Deps{Pool: pool, Resolver: &reconcile.Resolver{}, BankConcurrency: cfg.BankConcurrency})
 	own := RiverSettings{
-		MaxWorkers:      defaults.Queues[jobs.QueueBank].MaxWorkers,
+		MaxWorkers:      defaults.Queues[jobs.QueueFor(jobs.DefaultBank)].MaxWorkers,
 		FetchCooldownMS: float64(defaults.FetchCooldown) / float64(time.Millisecond),
 	}
 	var err error

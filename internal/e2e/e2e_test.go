@@ -119,7 +119,7 @@ func endToEnd(t *testing.T, tg target) {
 			var running, open int
 			waitFor(t, "bank jobs running", func() bool {
 				_ = db.Pool.QueryRow(context.Background(), `SELECT
-					(SELECT count(*) FROM river_job WHERE queue = 'bank' AND state = 'running'),
+					(SELECT count(*) FROM river_job WHERE starts_with(queue, 'bank_') AND state = 'running'),
 					(SELECT count(*) FROM settlements WHERE state NOT IN ('confirmed', 'failed'))`).Scan(&running, &open)
 				return running >= 5
 			})

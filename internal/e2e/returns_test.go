@@ -119,7 +119,7 @@ func returnsEndToEnd(t *testing.T, tg target) {
 			settletest.Wait(t, "a return booked", func() (bool, string) {
 				if err := db.Pool.QueryRow(ctx, `SELECT
 					(SELECT count(*) FROM settlements WHERE state IN ('returned', CASE WHEN $1 THEN 'confirmed' END)),
-					(SELECT count(*) FROM river_job WHERE queue = 'bank' AND state = 'running')`, statementsOnly).Scan(&returned, &running); err != nil {
+					(SELECT count(*) FROM river_job WHERE starts_with(queue, 'bank_') AND state = 'running')`, statementsOnly).Scan(&returned, &running); err != nil {
 					t.Fatal(err)
 				}
 				return returned > 0, fmt.Sprintf("%d returned (or confirmed), %d bank jobs running", returned, running)

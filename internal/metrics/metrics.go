@@ -50,6 +50,11 @@ type Metrics struct {
 	EventsDelivered *prometheus.CounterVec
 	// EventsFailed counts failed attempts to deliver an outcome event, by sink.
 	EventsFailed *prometheus.CounterVec
+	// WrongBankJobs counts jobs a worker refused because their settlement
+	// belongs to another bank than the queue's they came from, by that
+	// queue's bank (one this worker serves): each was moved to its bank's
+	// queue, nothing sent.
+	WrongBankJobs *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them with reg.
@@ -110,7 +115,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		EventsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "settle_events_failed_total", Help: "Failed attempts to deliver an outcome event (retried until --events-retry-for), by sink.",
 		}, []string{"sink"}),
+		WrongBankJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "settle_wrong_bank_jobs_total", Help: "Jobs refused because their settlement belongs to another bank than the queue's they came from (moved to their bank's queue, nothing sent), by the queue's bank.",
+		}, []string{"bank"}),
 	}
+	reg.MustRegister(m.WrongBankJobs)
 	reg.MustRegister(m.IntakeTotal, m.ReplayAge, m.ReceiptConflicts, m.UncertainTotal, m.Transitions,
 		m.BankRequests, m.BankDuration, m.Resolution, m.NeedsInvestigation, m.Returns, m.BankWebhooks,
 		m.SourceMessages, m.SourceRedeliveries, m.SourceLag, m.SourceBatch, m.EventsDelivered, m.EventsFailed)

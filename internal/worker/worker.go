@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,12 @@ type Config struct {
 	Bank    bankclient.Options
 	// BankName is the connector (--bank): which kind of bank BankURL is.
 	BankName string
+	// Banks, when not empty, replaces BankName, BankURL, Bank and
+	// WebhookSecret: the several banks this worker serves (--bank
+	// settle,stripe), each with its own URL and credentials
+	// (SETTLE_BANK_<NAME>_URL, SETTLE_BANK_<NAME>_TOKEN, …), each with its
+	// own River queue and Resolver.
+	Banks []BankConfig
 	// BankRate caps this process's bank requests a second (0: no cap).
 	BankRate float64
 	// ReturnWatch is how long after confirmation the bank is still asked
@@ -139,6 +146,46 @@ type Config struct {
 	Now func() time.Time
 }
 
+// BankConfig is one bank a worker serves.
+type BankConfig struct {
+	// Name is the connector (settle, stripe, obie) and the bank's name in
+	// settlements.bank.
+	Name string
+	// URL is the bank's base URL; empty: the connector's own.
+	URL string
+	// Options are its credentials and transport settings.
+	Options bankclient.Options
+	// WebhookSecret verifies its webhooks; empty refuses them.
+	WebhookSecret string
+}
+
+// url is the bank's URL, or its connector's own.
+func (b BankConfig) url() string {
+	if b.URL == "" {
+		if conn, err := bankclient.Lookup(b.Name); err == nil {
+			return conn.URL()
+		}
+	}
+	return b.URL
+}
+
+// banks are the banks c serves: Banks, or the one bank of BankName.
+func (c Config) banks() []BankConfig {
+	if len(c.Banks) > 0 {
+		return c.Banks
+	}
+	return []BankConfig{{Name: c.BankName, URL: c.BankURL, Options: c.Bank, WebhookSecret: c.WebhookSecret}}
+}
+
+// BankNames lists the banks c serves.
+func (c Config) BankNames() []string {
+	var names []string
+	for _, b := range c.banks() {
+		names = append(names, b.Name)
+	}
+	return names
+}
+
 // DefaultConfig returns the defaults of every setting, the ones
 // `settle worker --help` shows.
 func DefaultConfig() Config {
@@ -174,11 +221,22 @@ func DefaultConfig() Config {
 // Validate reports the first setting that could not work, naming its
 // flag. It does not look at Pool, which New requires.
 func (c Config) Validate() error {
-	if u, err := url.Parse(c.bankURL()); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("invalid --bank-url %q: want http(s)://host[:port]", c.bankURL())
-	}
-	if _, err := bankclient.Lookup(c.BankName); err != nil {
-		return fmt.Errorf("invalid --bank: %w", err)
+	seen := map[string]bool{}
+	for _, b := range c.banks() {
+		if _, err := bankclient.Lookup(b.Name); err != nil {
+			return fmt.Errorf("invalid --bank: %w", err)
+		}
+		if seen[b.Name] {
+			return fmt.Errorf("invalid --bank: %s named twice", b.Name)
+		}
+		seen[b.Name] = true
+		if u, err := url.Parse(b.url()); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			what := "--bank-url"
+			if len(c.Banks) > 0 {
+				what = "SETTLE_BANK_" + strings.ToUpper(b.Name) + "_URL"
+			}
+			return fmt.Errorf("invalid %s %q: want http(s)://host[:port]", what, b.url())
+		}
 	}
 	for _, name := range c.Routes.Banks() {
 		if _, err := bankclient.Lookup(name); err != nil {
@@ -254,11 +312,10 @@ func (c Config) eventSinks() ([]events.Sink, error) {
 // listener it will serve on.
 type Worker struct {
 	cfg    Config
-	conn   bankclient.Connector
+	banks  []*bankUnit
 	logger *slog.Logger
 	river  *river.Client[pgx.Tx]
-	// resolver is the one Resolver of the worker: its jobs' and the
-	// console's "resolve now".
+	// resolver is the first bank's Resolver: the console's "resolve now".
 	resolver *reconcile.Resolver
 	handler  http.Handler
 	srv      *http.Server
@@ -287,7 +344,12 @@ func New(cfg Config) (*Worker, error) {
 		cfg.Now = time.Now
 	}
 	w := &Worker{cfg: cfg, logger: cfg.Logger}
-	w.conn, _ = bankclient.Lookup(cfg.BankName) // Validate checked it
+	var conns []bankclient.Connector
+	for _, b := range cfg.banks() {
+		conn, _ := bankclient.Lookup(b.Name) // Validate checked it
+		w.banks = append(w.banks, &bankUnit{cfg: b, conn: conn})
+		conns = append(conns, conn)
+	}
 	reg := metrics.NewRegistry(cfg.Pool)
 	m := metrics.New(reg)
 
@@ -307,7 +369,7 @@ func New(cfg Config) (*Worker, error) {
 		Now:           cfg.Now,
 		ReplayHorizon: cfg.ReplayHorizon,
 		PendingGrace:  cfg.PendingGrace,
-		Bank:          w.conn,
+		Banks:         conns,
 		Routes:        cfg.Routes,
 		MaxAmounts:    cfg.MaxAmounts,
 	})
@@ -380,6 +442,29 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 			return err
 		}
 	}
+	// The banks served are announced before any job runs, and while the
+	// worker runs: the sweep claims only settlements of banks some worker
+	// serves, and the others are shown waiting for one.
+	beatCtx, stopBeat := context.WithCancel(ctx)
+	beatDone := make(chan struct{})
+	w.beat(beatCtx)
+	go func() {
+		defer close(beatDone)
+		t := time.NewTicker(reconcile.BankHeartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-beatCtx.Done():
+				return
+			case <-t.C:
+				w.beat(beatCtx)
+			}
+		}
+	}()
+	defer func() {
+		stopBeat()
+		<-beatDone
+	}()
 	if err := w.river.Start(ctx); err != nil {
 		w.ln.Close()
 		return fmt.Errorf("error starting River: %w", err)
@@ -398,7 +483,10 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 		stopRelay()
 		<-relayDone
 	}()
-	w.logger.Info("worker started", "listen", w.Addr(), "bank_url", w.cfg.bankURL(), "replay_horizon", w.cfg.ReplayHorizon,
+	for _, b := range w.banks {
+		w.logger.Info("serving bank", "bank", b.conn.Name, "bank_url", b.cfg.url(), "queue", jobs.QueueFor(b.conn.Name))
+	}
+	w.logger.Info("worker started", "listen", w.Addr(), "banks", w.cfg.BankNames(), "routes", w.cfg.Routes.String(), "replay_horizon", w.cfg.ReplayHorizon,
 		"bank_key_ttl", w.cfg.BankKeyTTL, "max_inflight", w.cfg.MaxInflight, "api_token_set", w.cfg.APIToken != "")
 	if ready != nil {
 		ready(w.Addr())
@@ -438,6 +526,15 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 	return errors.Join(errs...)
 }
 
+// beat records the banks this worker serves as served now.
+func (w *Worker) beat(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, reconcile.BankHeartbeat)
+	defer cancel()
+	if err := reconcile.BeatBanks(ctx, w.cfg.Pool, w.cfg.BankNames()); err != nil && ctx.Err() == nil {
+		w.logger.Warn("could not record the banks served", "error", err)
+	}
+}
+
 // Close releases what New took (the listener, the River UI's services) when
 // Run was never called. It is safe to call after Run.
 func (w *Worker) Close() error {
@@ -448,73 +545,32 @@ func (w *Worker) Close() error {
 	return nil
 }
 
-// bankURL is BankURL, or the connector's own when it is empty.
-func (c Config) bankURL() string {
-	if c.BankURL == "" {
-		if conn, err := bankclient.Lookup(c.BankName); err == nil {
-			return conn.URL()
-		}
-	}
-	return c.BankURL
+// bankUnit is one bank the worker serves: its configuration, connector and
+// Resolver.
+type bankUnit struct {
+	cfg      BankConfig
+	conn     bankclient.Connector
+	resolver *reconcile.Resolver
 }
 
 // riverConfig is the configuration of the worker's River client: every
-// settle job with its queues and periodic jobs, talking to the bank.
+// settle job with its queues and periodic jobs, talking to the banks.
 func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 	c := w.cfg
-	bopts := c.Bank
-	bopts.Timeout = c.BankTimeout
-	bopts.Retry = bankclient.DefaultRetryPolicy
-	bopts.Retry.MaxAttempts = c.BankAttempts
-	bopts.Logger = c.Logger.With("component", "bankclient")
-	bopts.Observe = m.ObserveBank
-	bopts.RatePerSecond = c.BankRate
-	bank, err := w.conn.New(c.bankURL(), bopts)
-	if err != nil {
-		return nil, err
-	}
-	caps := w.conn.Capabilities
-	keyTTL := c.BankKeyTTL
-	if caps.KeyWindow > 0 {
-		// Never count on a key for longer than the bank keeps it, less
-		// the longest one bank call can take (DESIGN.md rule 9).
-		bound := caps.KeyWindow - time.Duration(c.BankAttempts)*c.BankTimeout - bopts.Retry.RateLimitWait - time.Minute
-		if keyTTL > bound {
-			c.Logger.Warn("--bank-key-ttl lowered to the connector's key window less one bank call",
-				"bank", w.conn.Name, "bank_key_ttl", keyTTL, "used", bound)
-			keyTTL = bound
+	var resolvers []*reconcile.Resolver
+	for _, b := range w.banks {
+		r, err := w.newResolver(b, m)
+		if err != nil {
+			return nil, err
 		}
+		b.resolver = r
+		resolvers = append(resolvers, r)
 	}
-	returnWatch := cmp.Or(c.ReturnWatch, w.conn.DefaultReturnWatch)
-	if caps.ReturnsOnStatementsOnly && returnWatch > 0 {
-		// Its status API never reports a return: asking would only spend
-		// the bank's fair usage. Statements bring them (settle statement import).
-		c.Logger.Warn("--return-watch ignored: this bank reports returns only on statements",
-			"bank", w.conn.Name, "return_watch", returnWatch)
-		returnWatch = 0
-	}
-	lease := c.Lease
-	if lease == 0 {
-		lease = c.JobTimeout + 30*time.Second
-	}
-	w.resolver = &reconcile.Resolver{
-		ReturnWatch:      returnWatch,
-		ConsentWait:      c.ConsentWait,
-		RequestBound:     c.JobTimeout + time.Duration(c.BankAttempts)*c.BankTimeout,
-		DB:               c.Pool,
-		Bank:             bank,
-		Capabilities:     &caps,
-		Now:              c.Now,
-		KeyTTL:           keyTTL,
-		CheckInterval:    c.CheckInterval,
-		MaxCheckInterval: c.MaxCheckInterval,
-		Lease:            lease,
-		Metrics:          m,
-		Logger:           c.Logger,
-	}
+	w.resolver = resolvers[0]
 	deps := jobs.Deps{
 		Pool:              c.Pool,
-		Resolver:          w.resolver,
+		Resolvers:         resolvers,
+		Metrics:           m,
 		Now:               c.Now,
 		Logger:            c.Logger,
 		BankConcurrency:   c.BankConcurrency,
@@ -538,6 +594,63 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 	return cfg, nil
 }
 
+// newResolver builds the Resolver of bank b: its client, its capabilities
+// and the key TTL and return watch they allow.
+func (w *Worker) newResolver(b *bankUnit, m *metrics.Metrics) (*reconcile.Resolver, error) {
+	c := w.cfg
+	bopts := b.cfg.Options
+	bopts.Timeout = c.BankTimeout
+	bopts.Retry = bankclient.DefaultRetryPolicy
+	bopts.Retry.MaxAttempts = c.BankAttempts
+	bopts.Logger = c.Logger.With("component", "bankclient")
+	bopts.Observe = m.ObserveBank
+	bopts.RatePerSecond = c.BankRate
+	bank, err := b.conn.New(b.cfg.url(), bopts)
+	if err != nil {
+		return nil, err
+	}
+	caps := b.conn.Capabilities
+	keyTTL := c.BankKeyTTL
+	if caps.KeyWindow > 0 {
+		// Never count on a key for longer than the bank keeps it, less
+		// the longest one bank call can take (DESIGN.md rule 9).
+		bound := caps.KeyWindow - time.Duration(c.BankAttempts)*c.BankTimeout - bopts.Retry.RateLimitWait - time.Minute
+		if keyTTL > bound {
+			c.Logger.Warn("--bank-key-ttl lowered to the connector's key window less one bank call",
+				"bank", b.conn.Name, "bank_key_ttl", keyTTL, "used", bound)
+			keyTTL = bound
+		}
+	}
+	returnWatch := cmp.Or(c.ReturnWatch, b.conn.DefaultReturnWatch)
+	if caps.ReturnsOnStatementsOnly && returnWatch > 0 {
+		// Its status API never reports a return: asking would only spend
+		// the bank's fair usage. Statements bring them (settle statement import).
+		c.Logger.Warn("--return-watch ignored: this bank reports returns only on statements",
+			"bank", b.conn.Name, "return_watch", returnWatch)
+		returnWatch = 0
+	}
+	lease := c.Lease
+	if lease == 0 {
+		lease = c.JobTimeout + 30*time.Second
+	}
+	return &reconcile.Resolver{
+		BankName:         b.conn.Name,
+		ReturnWatch:      returnWatch,
+		ConsentWait:      c.ConsentWait,
+		RequestBound:     c.JobTimeout + time.Duration(c.BankAttempts)*c.BankTimeout,
+		DB:               c.Pool,
+		Bank:             bank,
+		Capabilities:     &caps,
+		Now:              c.Now,
+		KeyTTL:           keyTTL,
+		CheckInterval:    c.CheckInterval,
+		MaxCheckInterval: c.MaxCheckInterval,
+		Lease:            lease,
+		Metrics:          m,
+		Logger:           c.Logger.With("bank", b.conn.Name),
+	}, nil
+}
+
 // apiHandler builds every route of the API: intake's (/v1/, /healthz,
 // /readyz), /metrics, the River UI and the console. Routes other than
 // /healthz and /readyz require the API token when one is set (the console
@@ -558,16 +671,36 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 	}))
 	mux.Handle("GET /metrics", token.Require(metrics.Handler(reg)))
 	// Webhooks carry the bank's own signature, not our token.
-	mux.Handle("POST /v1/bank/webhooks/{connector}", &webhook.Handler{
-		Connector: w.conn,
-		Secret:    c.WebhookSecret,
-		Find: func(ctx context.Context, h bankclient.Hint) (string, bool, error) {
-			return reconcile.FindByHint(ctx, c.Pool, h)
-		},
-		Check:   jobs.Inserter{Client: w.river}.CheckNow,
-		Metrics: m,
-		Logger:  c.Logger,
-		Now:     c.Now,
+	// Each bank's webhooks at its own path; a check goes on the queue of
+	// the settlement's bank.
+	hooks := map[string]*webhook.Handler{}
+	check := func(ctx context.Context, id string) error {
+		var bank string
+		if err := c.Pool.QueryRow(ctx, "SELECT bank FROM settlements WHERE settlement_id = $1", id).Scan(&bank); err != nil {
+			return fmt.Errorf("error reading the bank of settlement %s: %w", id, err)
+		}
+		return jobs.Inserter{Client: w.river}.CheckNow(ctx, id, bank)
+	}
+	for _, b := range w.banks {
+		hooks[b.conn.Name] = &webhook.Handler{
+			Connector: b.conn,
+			Secret:    b.cfg.WebhookSecret,
+			Find: func(ctx context.Context, h bankclient.Hint) (string, bool, error) {
+				return reconcile.FindByHint(ctx, c.Pool, h)
+			},
+			Check:   check,
+			Metrics: m,
+			Logger:  c.Logger,
+			Now:     c.Now,
+		}
+	}
+	mux.HandleFunc("POST /v1/bank/webhooks/{connector}", func(rw http.ResponseWriter, r *http.Request) {
+		h, ok := hooks[r.PathValue("connector")]
+		if !ok {
+			http.Error(rw, "no webhooks are taken for this connector", http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(rw, r)
 	})
 	mux.Handle(RiverUIPrefix, token.Require(ui))
 	cons, err := console.New(console.Config{

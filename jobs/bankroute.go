@@ -1,0 +1,83 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/settlement"
+)
+
+// bankRouter hands a bank job to the Resolver of the bank whose queue it
+// came from, and moves a job that does not belong there to its
+// settlement's bank's queue: a worker never sends, checks or resolves a
+// settlement of a bank it does not serve, and never drops such a job.
+type bankRouter struct {
+	pool      *pgxpool.Pool
+	resolvers map[string]*reconcile.Resolver
+	metrics   *metrics.Metrics
+	logger    *slog.Logger
+}
+
+// resolverFor returns the Resolver of job's queue's bank. A job on a queue
+// of no bank this worker serves (the queue of before banks had their own)
+// is moved to its settlement's bank's queue; then the Resolver is nil and
+// the error is the job's result.
+func resolverFor[T river.JobArgs](ctx context.Context, rt *bankRouter, job *river.Job[T], id string) (*reconcile.Resolver, error) {
+	if bank, ok := BankOfQueue(job.Queue); ok {
+		if r := rt.resolvers[bank]; r != nil {
+			return r, nil
+		}
+	}
+	var bank string
+	err := rt.pool.QueryRow(ctx, "SELECT bank FROM settlements WHERE settlement_id = $1", id).Scan(&bank)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, jobError(fmt.Errorf("error routing job %d: settlement %s: %w", job.ID, id, settlement.ErrNotFound))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error routing job %d: %w", job.ID, err)
+	}
+	rt.logger.LogAttrs(ctx, slog.LevelInfo, "job moved to its bank's queue",
+		slog.Int64("job_id", job.ID), slog.String("kind", job.Kind), slog.String("settlement_id", id),
+		slog.String("from_queue", job.Queue), slog.String("to_queue", QueueFor(bank)))
+	return nil, move(ctx, rt, job, bank)
+}
+
+// refuse answers a job whose Resolver refused its settlement as another
+// bank's: loudly (an error log line and settle_wrong_bank_jobs_total), and
+// the job is moved to the queue of the settlement's bank for a worker of
+// it. Nothing was sent.
+func refuse[T river.JobArgs](ctx context.Context, rt *bankRouter, job *river.Job[T], wb *reconcile.WrongBankError) error {
+	served, _ := BankOfQueue(job.Queue)
+	rt.metrics.WrongBankJobs.WithLabelValues(served).Inc()
+	rt.logger.LogAttrs(ctx, slog.LevelError, "job refused: its settlement belongs to another bank; nothing sent, moved to that bank's queue",
+		slog.Int64("job_id", job.ID), slog.String("kind", job.Kind), slog.String("settlement_id", wb.SettlementID),
+		slog.String("settlement_bank", wb.Bank), slog.String("queue", job.Queue), slog.String("to_queue", QueueFor(wb.Bank)))
+	return move(ctx, rt, job, wb.Bank)
+}
+
+// move inserts job's args again on bank's queue and completes job, in one
+// transaction: the work is handed over, never lost and never doubled.
+func move[T river.JobArgs](ctx context.Context, rt *bankRouter, job *river.Job[T], bank string) error {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return fmt.Errorf("error moving job %d: %w", job.ID, err)
+	}
+	err = pgx.BeginFunc(ctx, rt.pool, func(tx pgx.Tx) error {
+		if _, err := client.InsertTx(ctx, tx, job.Args, &river.InsertOpts{Queue: QueueFor(bank)}); err != nil {
+			return err
+		}
+		return completeTx(ctx, tx, job, rt.logger)
+	})
+	if err != nil {
+		return fmt.Errorf("error moving job %d to %s: %w", job.ID, QueueFor(bank), err)
+	}
+	return nil
+}
