@@ -48,6 +48,11 @@ type Expect struct {
 	// Payments is every payment the bank ever executed, forgotten keys
 	// included (the bank's statement).
 	Payments []bankclient.Payment
+	// Bank, when not empty, names the bank Payments come from (several
+	// banks on one database): only its settlements are checked against
+	// them, and a payment there of another bank's settlement is a
+	// violation (paid at the wrong bank). Empty: every settlement.
+	Bank string
 	// KeyTTL, when positive, is the engine's --bank-key-ttl: no POST may
 	// have been claimed once it had passed since the first attempt.
 	KeyTTL time.Duration
@@ -103,20 +108,20 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
 
 	type settlementRow struct {
-		id, ref, account, currency, beneficiary, bankKey, receiptHash, flagReason string
-		state                                                                     settlement.State
-		amount                                                                    int64
-		flagged                                                                   bool
+		id, ref, account, currency, beneficiary, bankKey, receiptHash, flagReason, bank string
+		state                                                                           settlement.State
+		amount                                                                          int64
+		flagged                                                                         bool
 	}
 	settlements, err := collect(ctx, db, `
 		SELECT s.settlement_id, coalesce(s.bank_reference, s.settlement_id), s.state, s.account_id, s.currency,
 		       s.beneficiary, s.bank_key, coalesce(r.payload_hash, ''), s.amount_cents, s.needs_investigation,
-		       coalesce(s.investigation_reason, '')
+		       coalesce(s.investigation_reason, ''), s.bank
 		FROM settlements s LEFT JOIN settlement_receipts r USING (settlement_id)
 		ORDER BY s.settlement_id`, func(row pgx.CollectableRow) (settlementRow, error) {
 		var s settlementRow
 		err := row.Scan(&s.id, &s.ref, &s.state, &s.account, &s.currency, &s.beneficiary, &s.bankKey,
-			&s.receiptHash, &s.amount, &s.flagged, &s.flagReason)
+			&s.receiptHash, &s.amount, &s.flagged, &s.flagReason, &s.bank)
 		return s, err
 	})
 	if err != nil {
@@ -180,9 +185,14 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 	}
 
 	byID := map[string]settlementRow{}
-	idOfRef := map[string]string{} // the bank knows settlements by their reference
+	idOfRef := map[string]string{}   // the bank knows settlements by their reference
+	otherBank := map[string]string{} // reference → bank, of the settlements of other banks
 	for _, s := range settlements {
 		byID[s.id] = s
+		if e.Bank != "" && s.bank != e.Bank {
+			otherBank[s.ref] = s.bank
+			continue
+		}
 		idOfRef[s.ref] = s.id
 	}
 	movesOf := map[string][]movementRow{}
@@ -195,7 +205,11 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 	paysOf := map[string][]bankclient.Payment{}
 	for _, p := range e.Payments {
 		id, ok := idOfRef[p.Reference]
-		if !ok && e.CheckBank {
+		switch other, isOther := otherBank[p.Reference]; {
+		case !ok && isOther && e.CheckBank:
+			bad("bank payment %s at bank %s for reference %s, a settlement of bank %s: PAID AT THE WRONG BANK", p.ID, e.Bank, p.Reference, other)
+			continue
+		case !ok && e.CheckBank:
 			bad("bank payment %s for reference %s, which is no settlement's", p.ID, p.Reference)
 		}
 		paysOf[id] = append(paysOf[id], p)
@@ -244,7 +258,7 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 			bad("%s: %s with %d ledger movement(s) (%s), want %s", s.id, s.state, len(ms), got, want)
 		}
 
-		if e.CheckBank {
+		if e.CheckBank && (e.Bank == "" || s.bank == e.Bank) {
 			pays := paysOf[s.id]
 			if len(pays) > 1 {
 				var ids strings.Builder
