@@ -30,7 +30,11 @@ Runs the whole system in one command and shows what exactly-once means:
   6. prints the reconcile summary and the ledger-vs-bank reconciliation, and
      explains what happened: lost answers, uncertain settlements and how they
      were resolved, replays, the conflict, the returns (each settlement moved
-     to returned with one reversal), and that nothing was paid twice.
+     to returned with one reversal), and that nothing was paid twice;
+  7. says how many outcome events each of its two webhook receivers got
+     (in-process, verifying every signature; one answers 503 to every
+     fourth call, so deliveries are retried) and that each settlement's
+     sequence of events arrived complete and in order at each.
 
 Fault profiles: none; flaky (20% of payment answers lost after execution, 5%
 5xx, 5% of status calls 5xx, 2% rejected, 3% failed at settlement, 0-30 ms

@@ -109,6 +109,8 @@ type Report struct {
 	// source is Options.Source; Queue what happened on the queue.
 	source string
 	Queue  QueueReport
+	// Outcomes is what the webhook receivers of the outcome events got.
+	Outcomes OutcomeReport
 	// Violations lists the invariants that do not hold; empty is success.
 	Violations []string
 	Duration   time.Duration
@@ -198,6 +200,12 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		return Report{}, fmt.Errorf("error creating the demo's log directory: %w", err)
 	}
 	token := randomToken()
+	sinks, err := startOutcomeSinks()
+	if err != nil {
+		return Report{}, err
+	}
+	defer sinks.stop()
+	workerEnv = append(workerEnv, sinks.env()...)
 	var srcArgs, srcEnv []string
 	if o.Source == sourceNATS {
 		srcArgs, srcEnv = natsWorkerArgs(o.NATSURL)
@@ -238,6 +246,8 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		rep.Events, rep.Settlements, rep.Redeliveries, rep.Conflicts, o.Faults)
 	say("  database  %s", where)
 	say("  bank      %s (fakebank in-process: %s)", bank.url, describe(faults))
+	say("  events    %s, %s (webhook receivers in-process; the second answers 503 to every fourth call)",
+		sinks.sinks[0].url, sinks.sinks[1].url)
 	if o.Source == sourceNATS {
 		say("  queue     %s (JetStream stream %s, subject %s, durable consumer %s)", o.NATSURL, demoStream, demoSubject, demoConsumer)
 		say("")
@@ -321,6 +331,9 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	}
 	rep.check(stream)
 	if err := rep.checkInvariants(ctx, pool, client, stream); err != nil {
+		return rep, err
+	}
+	if err := o.outcomes(ctx, pool, sinks, &rep); err != nil {
 		return rep, err
 	}
 	rep.Duration = time.Since(start)
@@ -600,6 +613,7 @@ func (r Report) print(w io.Writer) {
 		p("    %d settlements matched on the statement, nothing on it unexplained (settle reconcile bank --statements).",
 			r.StatementBank.ByClass[reconcile.ClassMatched])
 	}
+	r.printOutcomes(p)
 	p("")
 	if r.OK() {
 		p("settle demo: OK, every invariant holds (%.1fs)", r.Duration.Seconds())
