@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/internal/auth"
+	"github.com/settle/settle/internal/httpsafe"
 	"github.com/settle/settle/settlement"
 )
 
@@ -38,6 +39,9 @@ type HandlerConfig struct {
 	// InflightWait is how long a request waits for a free slot before the
 	// 429 (default 0: answer at once).
 	InflightWait time.Duration
+	// Limiter bounds the log lines of refused requests (401, 415): one a
+	// kind per interval with a count of those left out (default: its own).
+	Limiter *httpsafe.Limiter
 }
 
 // Handler serves the API of DESIGN.md section 6 that intake owns:
@@ -46,6 +50,7 @@ type HandlerConfig struct {
 type Handler struct {
 	svc   *Service
 	log   *slog.Logger
+	lim   *httpsafe.Limiter
 	token auth.Token
 	sem   chan struct{}
 	wait  time.Duration
@@ -54,9 +59,12 @@ type Handler struct {
 
 // NewHandler returns the HTTP API for cfg.
 func NewHandler(cfg HandlerConfig) *Handler {
-	h := &Handler{svc: cfg.Service, log: cfg.Logger, wait: cfg.InflightWait}
+	h := &Handler{svc: cfg.Service, log: cfg.Logger, wait: cfg.InflightWait, lim: cfg.Limiter}
 	if h.log == nil {
 		h.log = slog.Default()
+	}
+	if h.lim == nil {
+		h.lim = &httpsafe.Limiter{}
 	}
 	h.token = auth.NewToken(cfg.APIToken)
 	n := cfg.MaxInflight
@@ -65,8 +73,10 @@ func NewHandler(cfg HandlerConfig) *Handler {
 	}
 	h.sem = make(chan struct{}, n)
 	h.mux = http.NewServeMux()
-	h.mux.Handle("POST /v1/settlements", h.auth(h.limit(http.HandlerFunc(h.postSettlement))))
-	h.mux.Handle("POST /v1/settlements/batch", h.auth(h.limit(http.HandlerFunc(h.postBatch))))
+	// Writes take JSON only: a browser sends text/plain, a form or no type
+	// cross-site without asking, never JSON (issue 32, item 5).
+	h.mux.Handle("POST /v1/settlements", h.auth(httpsafe.RequireJSON(h.limit(http.HandlerFunc(h.postSettlement)), h.log, h.lim)))
+	h.mux.Handle("POST /v1/settlements/batch", h.auth(httpsafe.RequireJSON(h.limit(http.HandlerFunc(h.postBatch)), h.log, h.lim)))
 	h.mux.Handle("GET /v1/settlements/{id}", h.auth(http.HandlerFunc(h.getSettlement)))
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
@@ -83,7 +93,7 @@ func (h *Handler) auth(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := h.token.Check(r); !ok {
-			h.log.Warn("intake: unauthorized request", "path", r.URL.Path, "remote", r.RemoteAddr)
+			h.lim.Warn(h.log, r, "intake: unauthorized request")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="settle"`)
 			writeProblem(w, Problem{Type: ProblemUnauthorized, Title: "Missing or bad API token", Status: http.StatusUnauthorized})
 			return

@@ -214,6 +214,7 @@ func TestOverload(t *testing.T) {
 	b := setup(t, setupOpts{maxInflight: 1})
 	body := &blockingBody{started: make(chan struct{}), release: make(chan struct{}), r: strings.NewReader(mustJSON(t, eventFields("slow-1")))}
 	held := httptest.NewRequest(http.MethodPost, "/v1/settlements", body)
+	held.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	done := make(chan struct{})
 	go func() {

@@ -87,6 +87,9 @@ func (b *testBundle) do(t testing.TB, method, path, body string, header ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -243,6 +246,7 @@ func TestConcurrentDeliveries(t *testing.T) {
 			defer wg.Done()
 			<-start
 			req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/v1/settlements", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)

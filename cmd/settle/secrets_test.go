@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -168,5 +171,34 @@ func TestSubmitRefusesTokenOverPlainHTTP(t *testing.T) {
 	out, code = runBin(t, bin, envWithout("DATABASE_URL", "SETTLE_"), "submit", "--url", srv.URL, "--retry-for", "5s", events)
 	if code != exitOK {
 		t.Errorf("no token, plain http: exit %d\n%s", code, out)
+	}
+}
+
+// TestWorkerRefusesOpenNetworkListen (issue 32, item 5): `settle worker`
+// without a token on an address beyond this machine exits 2 saying what to
+// set, before it touches the database; with SETTLE_PUBLIC_HOST it takes the
+// names, and refuses a malformed one.
+func TestWorkerRefusesOpenNetworkListen(t *testing.T) {
+	t.Parallel()
+	bin := bintest.Build(t)
+	env := append(envWithout("DATABASE_URL", "SETTLE_"), "DATABASE_URL=postgres://127.0.0.1:1/none?connect_timeout=1")
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"--listen", "0.0.0.0:0"}, "without an API token"},
+		{[]string{"SETTLE_LISTEN=:0"}, nil, "without an API token"},
+		{[]string{"SETTLE_PUBLIC_HOST=https://settle.example.com/"}, nil, "--public-host"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, bin, append([]string{"worker", "--bank-url", "http://127.0.0.1:1"}, tc.args...)...)
+		cmd.Env = append(env, tc.env...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitError || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%v %v: %v, want exit %d saying %q\n%s", tc.env, tc.args, err, exitError, tc.want, out)
+		}
 	}
 }

@@ -40,6 +40,15 @@ later) and exits 0.
                               one result per event, in order
   GET  /v1/settlements/{id}   the settlement, its history and its movement
 
+Safety of the HTTP edge: writes take Content-Type application/json (a batch
+also application/x-ndjson), anything else is 415; a request from another
+site's page (Sec-Fetch-Site, Origin) is 403; a Host that is not this machine
+(localhost, 127.0.0.1, ::1) or a --public-host is 421 (/healthz and /readyz
+answer any Host); the River UI is read-only unless --riverui-admin and its
+bodies are capped at 1 MiB. Without an API token the worker serves only on a
+loopback --listen, and says loudly that it is open; on any other address it
+refuses to start.
+
 With --source nats (repeatable; SETTLE_SOURCE) the worker also consumes
 payout events from NATS JetStream (DESIGN.md section 18): NATS_URL when set,
 otherwise the embedded JetStream server under $SETTLE_HOME/nats, started on
@@ -87,6 +96,15 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.PendingGrace, "pending-grace", c.PendingGrace, "how long a new settlement waits for its send job before the sweep checks it")
 	fs.StringVar(&c.APIToken, "api-token", "", "when set, the API requires \"Authorization: Bearer <token>\" (never logged; at least 16 characters). Prefer SETTLE_API_TOKEN or --api-token-file: a command line is visible to every user in ps")
 	var tokenFile string
+	fs.Func("public-host", "a name this worker answers to besides localhost, 127.0.0.1 and ::1 (the Host of its URL: host, or host:port for that port only); other Host headers get 421, which stops DNS rebinding; repeatable (SETTLE_PUBLIC_HOST: comma- or space-separated)", func(v string) error {
+		hosts := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
+		if len(hosts) == 0 {
+			return errors.New("empty host")
+		}
+		c.PublicHosts = append(c.PublicHosts, hosts...)
+		return nil
+	})
+	fs.BoolVar(&c.RiverUIAdmin, "riverui-admin", false, "let the River UI cancel, retry and delete jobs and pause queues (read-only otherwise)")
 	fs.StringVar(&tokenFile, "api-token-file", "", "read the API token from this file (one line) instead of --api-token")
 	fs.StringVar(&logFormat, "log-format", cli.LogFormatAuto, "log format: text, json or auto (text on a terminal, json otherwise)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -24,6 +24,9 @@ func Do(t testing.TB, method, url, auth, body string) (int, string) {
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -36,6 +36,7 @@ import (
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/auth"
+	"github.com/settle/settle/internal/httpsafe"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/webhook"
 	"github.com/settle/settle/jobs"
@@ -94,6 +95,12 @@ type Config struct {
 	// WebhookSecret verifies the bank's webhooks
 	// (SETTLE_BANK_WEBHOOK_SECRET); empty refuses them all.
 	WebhookSecret string
+	// PublicHosts are the names besides this machine's that the API
+	// answers to (--public-host); other Host headers get 421 (edge.go).
+	PublicHosts []string
+	// RiverUIAdmin lets the River UI change jobs and queues
+	// (--riverui-admin); without it the River UI is read-only.
+	RiverUIAdmin bool
 
 	ReplayHorizon   time.Duration
 	BankKeyTTL      time.Duration
@@ -279,7 +286,7 @@ func (c Config) Validate() error {
 	if _, err := c.eventSinks(); err != nil {
 		return err
 	}
-	return nil
+	return c.validateEdge()
 }
 
 // eventSinks builds the sinks of the outcome events: a webhook per
@@ -314,7 +321,9 @@ type Worker struct {
 	cfg    Config
 	banks  []*bankUnit
 	logger *slog.Logger
-	river  *river.Client[pgx.Tx]
+	// limiter bounds the log lines of refused requests (401, 403, 415, 421).
+	limiter *httpsafe.Limiter
+	river   *river.Client[pgx.Tx]
 	// resolver is the first bank's Resolver: the console's "resolve now".
 	resolver *reconcile.Resolver
 	handler  http.Handler
@@ -343,7 +352,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	w := &Worker{cfg: cfg, logger: cfg.Logger}
+	w := &Worker{cfg: cfg, logger: cfg.Logger, limiter: &httpsafe.Limiter{}}
 	var conns []bankclient.Connector
 	for _, b := range cfg.banks() {
 		conn, _ := bankclient.Lookup(b.Name) // Validate checked it
@@ -413,6 +422,7 @@ func New(cfg Config) (*Worker, error) {
 		w.stopUI()
 		return nil, fmt.Errorf("error listening on %s: %w", cfg.Listen, err)
 	}
+	w.warnIfOpen()
 	return w, nil
 }
 
@@ -668,6 +678,7 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 		Logger:      c.Logger,
 		APIToken:    c.APIToken,
 		MaxInflight: c.MaxInflight,
+		Limiter:     w.limiter,
 	}))
 	mux.Handle("GET /metrics", token.Require(metrics.Handler(reg)))
 	// Webhooks carry the bank's own signature, not our token.
@@ -702,7 +713,7 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 		}
 		h.ServeHTTP(rw, r)
 	})
-	mux.Handle(RiverUIPrefix, token.Require(ui))
+	mux.Handle(RiverUIPrefix, token.Require(w.guardRiverUI(ui)))
 	cons, err := console.New(console.Config{
 		DB:       c.Pool,
 		Resolver: w.resolver,
@@ -714,7 +725,7 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 		return nil, err
 	}
 	mux.Handle(console.Prefix, cons)
-	return mux, nil
+	return w.guardEdge(mux)
 }
 
 // newHTTPServer returns the worker's HTTP server with every timeout set, so
