@@ -194,10 +194,11 @@ func (r *Relay) Once(ctx context.Context, s Sink) (int, error) {
 		SELECT d.event_seq, e.event_id, e.settlement_id, e.type, e.payload, e.created_at, d.attempts, d.first_attempt_at
 		FROM event_deliveries d JOIN settlement_events e ON e.seq = d.event_seq
 		WHERE d.sink = $1 AND d.state = 'pending' AND d.next_attempt_at <= $2
-		  AND NOT EXISTS (
-			SELECT 1 FROM event_deliveries p
-			WHERE p.sink = d.sink AND p.settlement_id = d.settlement_id AND p.state = 'pending' AND p.n < d.n)
-		ORDER BY d.event_seq
+		  AND d.n = (
+			SELECT p.n FROM event_deliveries p
+			WHERE p.sink = d.sink AND p.settlement_id = d.settlement_id AND p.state = 'pending'
+			ORDER BY p.n LIMIT 1)
+		ORDER BY d.next_attempt_at
 		LIMIT $3
 		FOR UPDATE OF d SKIP LOCKED`, s.Name(), now, r.Batch)
 	if err != nil {

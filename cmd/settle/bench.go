@@ -47,6 +47,16 @@ Figures and their baselines:
                          commits per settlement is the floor) and, the
                          moonshot, >= 0.5 x river_noop_best_jobs_per_s /
                          jobs_per_settlement
+  e2e_events_per_s       e2e_per_s with a webhook sink configured (--events-url
+                         to a receiver in this process answering 200 at once):
+                         every outcome event queued for it and relayed; the
+                         mean of two runs between two without a sink (A B B
+                         A), whose mean is e2e_no_events_per_s;
+                         target >= 0.8 x e2e_no_events_per_s (the outbox rows
+                         are written in both: this is the delivery's cost)
+  events_delivered_per_s outcome events delivered per second in that run,
+                         first submission to last delivery, with
+                         events_per_settlement
   jobs_per_settlement    River jobs worked per settlement in the e2e run
   commits_per_settlement every commit of the e2e run per settlement (also as
                          e2e_db_commits_per_settlement), with

@@ -137,11 +137,12 @@ func replaceDB(u, db string) string {
 
 // truncate empties settle's tables and River's jobs. CASCADE also empties
 // every table that references settlements (imported statement lines,
-// operator actions), which TRUNCATE otherwise refuses; the benchmark's
-// database is its own.
+// operator actions) and the outcome events' deliveries, which TRUNCATE
+// otherwise refuses; the benchmark's database is its own. The event sinks
+// go too: a run with a sink leaves none behind for the next.
 func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `TRUNCATE settlement_receipts, settlements, settlement_transitions, ledger_movements,
-		receipt_conflicts, bank_attempts, settlement_events, river_job CASCADE`)
+		receipt_conflicts, bank_attempts, settlement_events, event_sinks, river_job CASCADE`)
 	if err != nil {
 		return fmt.Errorf("error emptying the benchmark tables: %w", err)
 	}

@@ -24,6 +24,7 @@ var requiredFields = []string{
 	"replay_p50_us_1e6", "replay_p99_us_1e6", "worker_peak_rss_mb",
 	"river_noop_best_jobs_per_s", "e2e_latency100_per_s", "e2e_latency100_bound_per_s",
 	"commits_per_settlement", "round_trips_per_event", "source_nats_per_s",
+	"e2e_events_per_s", "e2e_no_events_per_s", "events_delivered_per_s", "events_per_settlement",
 }
 
 // TestRunTiny runs every phase of the benchmark in a tiny configuration and
@@ -77,14 +78,17 @@ func TestRunTiny(t *testing.T) {
 	if v, ok := got["e2e_db_commits_per_settlement"].(float64); !ok || v <= 0 {
 		t.Errorf("e2e_db_commits_per_settlement = %v, want the old key kept", got["e2e_db_commits_per_settlement"])
 	}
-	if len(res.Targets) != 8 {
-		t.Errorf("got %d targets, want 8: %+v", len(res.Targets), res.Targets)
+	if len(res.Targets) != 9 {
+		t.Errorf("got %d targets, want 9: %+v", len(res.Targets), res.Targets)
 	}
 	if s, ok := got["river_best_settings"].(string); !ok || !strings.Contains(s, "MaxWorkers") {
 		t.Errorf("river_best_settings = %v, want the settings of the best River run", got["river_best_settings"])
 	}
 	if search, ok := got["river_search"].([]any); !ok || len(search) < 2 {
 		t.Errorf("river_search = %v, want every run of the search", got["river_search"])
+	}
+	if res.EventsPerSettlement < 2 { // pending and confirmed at least
+		t.Errorf("events_per_settlement = %v, want each settlement's events delivered", res.EventsPerSettlement)
 	}
 	if res.JobsPerSettlement < 1 {
 		t.Errorf("jobs_per_settlement = %v, want at least one job per settlement", res.JobsPerSettlement)
@@ -94,7 +98,7 @@ func TestRunTiny(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "source_nats") {
+	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "source_nats", "e2e_events") {
 		if !strings.Contains(table.String(), f) {
 			t.Errorf("table lacks %s:\n%s", f, table.String())
 		}

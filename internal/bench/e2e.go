@@ -2,12 +2,18 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
+	"net"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/events"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/workerproc"
@@ -23,6 +29,10 @@ type e2eRun struct {
 	// intake's; the benchmark's own polls are taken off).
 	commits, rows float64
 	rssMB         float64
+	// With an events sink: the outcome events delivered per second, from
+	// the first submission to the last delivery, and events per
+	// settlement.
+	eventsPerS, eventsPerSettlement float64
 }
 
 // measureE2E pays cfg.E2ESettlements settlements through a settle worker
@@ -38,6 +48,44 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	r.CommitsPerSettlement, r.E2ECommitsPerSettlement, r.RowsPerSettlement = run.commits, run.commits, run.rows
 	cfg.Logf("e2e_per_s %.1f, jobs_per_settlement %.2f, commits_per_settlement %.2f, rows_per_settlement %.1f, worker_peak_rss_mb %.1f",
 		r.E2EPerS, r.JobsPerSettlement, r.CommitsPerSettlement, r.RowsPerSettlement, r.WorkerPeakRSSMB)
+	if err := truncate(ctx, pool); err != nil {
+		return err
+	}
+
+	// The same run with a webhook sink: every outcome event is queued for
+	// it and relayed by the worker to a receiver answering 200 at once.
+	// Twice, then once more without: A B B A, so that a load that drifts
+	// during the runs weighs on both sides alike; the ratio is that of the
+	// means.
+	sinkURL, closeSink, err := startSink()
+	if err != nil {
+		return err
+	}
+	defer closeSink()
+	var withSink []e2eRun
+	for i := range 2 {
+		ev, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{}, cfg.E2ESettlements, fmt.Sprintf("e2e-events%d", i+1), sinkURL)
+		if err != nil {
+			return fmt.Errorf("with a webhook sink: %w", err)
+		}
+		withSink = append(withSink, ev)
+		r.WorkerPeakRSSMB = max(r.WorkerPeakRSSMB, ev.rssMB)
+		cfg.Logf("e2e-events%d: %.1f settlements/s, %.1f events delivered/s", i+1, ev.perS, ev.eventsPerS)
+		if err := truncate(ctx, pool); err != nil {
+			return err
+		}
+	}
+	again, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{}, cfg.E2ESettlements, "e2e-again")
+	if err != nil {
+		return err
+	}
+	r.WorkerPeakRSSMB = max(r.WorkerPeakRSSMB, again.rssMB)
+	r.E2ENoEventsPerS = (run.perS + again.perS) / 2
+	r.E2EEventsPerS = (withSink[0].perS + withSink[1].perS) / 2
+	r.EventsDeliveredPerS = (withSink[0].eventsPerS + withSink[1].eventsPerS) / 2
+	r.EventsPerSettlement = withSink[1].eventsPerSettlement
+	cfg.Logf("e2e-again: %.1f settlements/s; e2e_events_per_s %.1f / e2e_no_events_per_s %.1f = %.2f, events_delivered_per_s %.1f, events_per_settlement %.2f",
+		again.perS, r.E2EEventsPerS, r.E2ENoEventsPerS, r.E2EEventsPerS/r.E2ENoEventsPerS, r.EventsDeliveredPerS, r.EventsPerSettlement)
 	if err := truncate(ctx, pool); err != nil {
 		return err
 	}
@@ -62,8 +110,9 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 // fakebank with faults: submitted in batches through the worker's API, timed
 // until every one is confirmed with its ledger movement. It also counts the
 // River jobs worked, the commits and rows written, and reads the worker's
-// peak RSS.
-func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, faults bankclient.Faults, n int, prefix string) (e2eRun, error) {
+// peak RSS. With sinkURL, the worker relays the outcome events there
+// (--events-url) and the run also times them until every one is delivered.
+func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, faults bankclient.Faults, n int, prefix string, sinkURL ...string) (e2eRun, error) {
 	var run e2eRun
 	bank, err := fakebank.New(fakebank.Options{Faults: faults})
 	if err != nil {
@@ -74,7 +123,11 @@ func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, f
 		return run, err
 	}
 	defer bank.Close()
-	w, err := startWorker(ctx, cfg, dbURL, bankURL)
+	var env []string
+	if len(sinkURL) > 0 {
+		env = []string{events.EnvSecret + "=" + benchSecret(), "SETTLE_EVENTS_URL=" + strings.Join(sinkURL, " ")}
+	}
+	w, err := startWorker(ctx, cfg, dbURL, bankURL, env...)
 	if err != nil {
 		return run, err
 	}
@@ -123,6 +176,28 @@ func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, f
 		}
 	}
 	run.perS = float64(n) / time.Since(start).Seconds()
+	if len(sinkURL) > 0 {
+		var delivered, total int
+		for {
+			polls++
+			if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FROM event_deliveries`).Scan(&delivered, &total); err != nil {
+				return run, fmt.Errorf("error counting event deliveries: %w", err)
+			}
+			if delivered == total {
+				break
+			}
+			if time.Now().After(deadline) {
+				return run, fmt.Errorf("error in the %s run: %d of %d outcome events delivered after 5 minutes", prefix, delivered, total)
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				return run, ctx.Err()
+			}
+		}
+		run.eventsPerS = float64(delivered) / time.Since(start).Seconds()
+		run.eventsPerSettlement = float64(delivered) / float64(n)
+	}
 
 	if run.rssMB, err = w.PeakRSSMB(); err != nil {
 		return run, err
@@ -197,4 +272,26 @@ func submit(ctx context.Context, cfg Config, w *workerproc.Proc, n int, prefix s
 		}
 	}
 	return first
+}
+
+// benchSecret is a fresh secret to sign the benchmark's outcome events
+// (the receiver does not check: it measures the sender).
+func benchSecret() string {
+	key := make([]byte, 24)
+	_, _ = rand.Read(key)
+	return events.SecretPrefix + base64.StdEncoding.EncodeToString(key)
+}
+
+// startSink starts a webhook receiver that answers 200 at once to every
+// event, as the cheapest receiver can.
+func startSink() (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("error starting the benchmark's webhook receiver: %w", err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String() + "/hooks", func() { _ = srv.Close() }, nil
 }

@@ -77,6 +77,18 @@ type Result struct {
 	RoundTripsPerSend float64 `json:"round_trips_per_send"`
 	CommitsPerSend    float64 `json:"commits_per_send"`
 	RowsPerSend       float64 `json:"rows_per_send"`
+	// E2EEventsPerS is e2e_per_s with a webhook sink configured: every
+	// outcome event queued for it and relayed by the worker to a receiver
+	// answering 200 at once (the outbox rows themselves are written in
+	// both runs), the mean of two runs; E2ENoEventsPerS its baseline, the
+	// mean of the e2e run before them and one after (A B B A).
+	// EventsDeliveredPerS is the events delivered per second of those
+	// runs, from the first submission to the last delivery, and
+	// EventsPerSettlement the events each settlement wrote.
+	E2EEventsPerS       float64 `json:"e2e_events_per_s"`
+	E2ENoEventsPerS     float64 `json:"e2e_no_events_per_s"`
+	EventsDeliveredPerS float64 `json:"events_delivered_per_s"`
+	EventsPerSettlement float64 `json:"events_per_settlement"`
 	// E2ELatency100PerS is e2e_per_s with a fakebank that answers every
 	// request in 100 ms (Config.BankLatency); its bound is the bank
 	// concurrency divided by that latency.
@@ -140,6 +152,8 @@ func (r *Result) computeTargets() {
 			div(r.E2EPerS, r.InsertBaselinePerS/3), ">=", 0.5),
 		target("e2e_river", "e2e_per_s / (river_noop_best_jobs_per_s / jobs_per_settlement)",
 			div(r.E2EPerS, div(r.RiverNoopBestJobsPerS, r.JobsPerSettlement)), ">=", 0.5),
+		target("e2e_events", "e2e_events_per_s / e2e_no_events_per_s",
+			div(r.E2EEventsPerS, r.E2ENoEventsPerS), ">=", 0.8),
 		target("e2e_latency100", "e2e_latency100_per_s / e2e_latency100_bound_per_s",
 			div(r.E2ELatency100PerS, r.E2ELatency100BoundPerS), ">=", 0.8),
 		target("replay_growth", "replay_p99_us_1e6 / replay_p99_us_1e4",
@@ -178,6 +192,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"round_trips_per_send", r.RoundTripsPerSend, "round trips of the send job per settlement (in process; River's share not included)"},
 		{"commits_per_send", r.CommitsPerSend, "commits of the send job per settlement"},
 		{"rows_per_send", r.RowsPerSend, "rows written by the send job per settlement"},
+		{"e2e_events_per_s", r.E2EEventsPerS, "settlements/s, the same with a webhook sink answering 200 at once (mean of 2 runs)"},
+		{"e2e_no_events_per_s", r.E2ENoEventsPerS, "settlements/s without a sink, the runs before and after them (A B B A)"},
+		{"events_delivered_per_s", r.EventsDeliveredPerS, "outcome events/s delivered in that run, first submission to last delivery"},
+		{"events_per_settlement", r.EventsPerSettlement, "outcome events per settlement"},
 		{"e2e_latency100_per_s", r.E2ELatency100PerS, "settlements/s, bank answering in 100 ms"},
 		{"e2e_latency100_bound_per_s", r.E2ELatency100BoundPerS, fmt.Sprintf("settlements/s (bank concurrency %d / 100 ms)", r.BankConcurrency)},
 		{"replay_p50_us_1e4", r.ReplayP50US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},

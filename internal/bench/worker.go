@@ -19,9 +19,10 @@ const workerAppName = "settle-worker"
 const workerStopTimeout = 30 * time.Second
 
 // startWorker starts cfg.WorkerCommand against dbURL and bankURL, its
-// stderr in a temporary file, and returns once it accepts connections. It
-// dies with the benchmark; the caller stops it with stopWorker.
-func startWorker(ctx context.Context, cfg Config, dbURL, bankURL string) (*workerproc.Proc, error) {
+// stderr in a temporary file, with env added to its environment, and
+// returns once it accepts connections. It dies with the benchmark; the
+// caller stops it with stopWorker.
+func startWorker(ctx context.Context, cfg Config, dbURL, bankURL string, env ...string) (*workerproc.Proc, error) {
 	args := cfg.WorkerCommand[1:]
 	if len(args) > 0 && args[0] == "worker" {
 		args = args[1:] // workerproc runs `settle worker` itself
@@ -48,6 +49,7 @@ func startWorker(ctx context.Context, cfg Config, dbURL, bankURL string) (*worke
 		DatabaseURL:   dbURL,
 		LogPath:       logFile.Name(),
 		Args:          args,
+		Env:           env,
 		DieWithParent: true,
 	})
 }
