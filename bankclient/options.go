@@ -78,7 +78,7 @@ type Options struct {
 	// Observe, when set, is called after every HTTP attempt with the
 	// operation (an Op constant), the outcome (an Outcome constant) and the
 	// attempt's duration, so the engine can count
-	// settle_bank_requests_total{op,outcome} without this package importing
+	// settle_bank_requests_total{bank,op,outcome} without this package importing
 	// a metrics library. It must be quick and safe for concurrent use.
 	Observe func(op, outcome string, d time.Duration)
 	// RatePerSecond caps the requests this client sends a second (a token

@@ -73,7 +73,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ResolveTimeout)
 	defer cancel()
-	res, err := c.cfg.Resolver.ResolveOne(ctx, a.id)
+	res, err := c.resolverOf(ctx, a.id).ResolveOne(ctx, a.id)
 	if err == nil && res.Error != "" {
 		// ResolveOne's only error result without an error: no such settlement.
 		c.render(w, r, http.StatusNotFound, "error", sessionOf(r), errorPage{Title: "Not found", Message: fmt.Sprintf("There is no settlement %q. Nothing was done.", a.id)})
@@ -84,6 +84,21 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 		SettlementID: a.id, Operator: a.operator, Action: reconcile.OperatorResolve,
 		Detail: "resolve now: ask the bank and apply its answer", Result: result, OK: err == nil,
 	})
+}
+
+// resolverOf is the Resolver of settlement id's bank, or the worker's
+// first (which refuses a settlement of a bank it does not serve).
+func (c *Console) resolverOf(ctx context.Context, id string) *reconcile.Resolver {
+	if len(c.cfg.Resolvers) == 0 {
+		return c.cfg.Resolver
+	}
+	var bank string
+	if err := c.cfg.DB.QueryRow(ctx, "SELECT bank FROM settlements WHERE settlement_id = $1", id).Scan(&bank); err == nil {
+		if r := c.cfg.Resolvers[bank]; r != nil {
+			return r
+		}
+	}
+	return c.cfg.Resolver
 }
 
 // describeResolve says in words what resolving did.

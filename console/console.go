@@ -64,6 +64,10 @@ type Config struct {
 	// Resolver resolves a settlement now (required): the worker's own, so
 	// that "resolve now" is exactly what the reconcile job does.
 	Resolver *reconcile.Resolver
+	// Resolvers, when set, are the worker's Resolvers by bank (several
+	// banks in one worker): "resolve now" takes the settlement's bank's,
+	// else Resolver, which refuses another bank's settlement.
+	Resolvers map[string]*reconcile.Resolver
 	// APIToken, when set, is required as the HTTP Basic password of every
 	// request. It is never shown or logged.
 	APIToken string

@@ -69,9 +69,9 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 type listPage struct {
 	States []settlement.State
 	// The filter as given, for the form and the links.
-	State, Flagged, Account, Older string
-	Error                          string
-	Rows                           []reconcile.SettlementRow
+	State, Flagged, Account, Older, Bank string
+	Error                                string
+	Rows                                 []reconcile.SettlementRow
 	// After is this page's cursor ("" on the first page); Next the next
 	// page's ("" on the last).
 	After, Next string
@@ -82,12 +82,12 @@ func (listPage) nav() string   { return "settlements" }
 
 // Filtered reports whether any filter is set.
 func (l listPage) Filtered() bool {
-	return l.State != "" || l.Flagged != "" || l.Account != "" || l.Older != ""
+	return l.State != "" || l.Flagged != "" || l.Account != "" || l.Older != "" || l.Bank != ""
 }
 
 // URL is the list with this page's filter and cursor after.
 func (l listPage) URL(after string) string {
-	return listURL("state", l.State, "flagged", l.Flagged, "account", l.Account, "older", l.Older, "after", after)
+	return listURL("state", l.State, "flagged", l.Flagged, "account", l.Account, "older", l.Older, "bank", l.Bank, "after", after)
 }
 
 func (c *Console) list(w http.ResponseWriter, r *http.Request) {
@@ -97,12 +97,13 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 		State:   q.Get("state"),
 		Account: strings.TrimSpace(q.Get("account")),
 		Older:   strings.TrimSpace(q.Get("older")),
+		Bank:    strings.TrimSpace(q.Get("bank")),
 		After:   q.Get("after"),
 	}
 	if q.Get("flagged") != "" {
 		lp.Flagged = "1"
 	}
-	f := reconcile.Filter{State: settlement.State(lp.State), NeedsInvestigation: lp.Flagged != "", AccountID: lp.Account}
+	f := reconcile.Filter{State: settlement.State(lp.State), NeedsInvestigation: lp.Flagged != "", AccountID: lp.Account, Bank: lp.Bank}
 	var err error
 	if lp.Older != "" {
 		if f.OlderThan, err = time.ParseDuration(lp.Older); err != nil {

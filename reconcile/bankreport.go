@@ -290,6 +290,10 @@ type BankReporter struct {
 	DB *pgxpool.Pool
 	// Bank is the bank (required).
 	Bank bankclient.Bank
+	// BankName, when set, reconciles only the settlements bound to that
+	// bank (several banks on one database): a payment at Bank of another
+	// bank's settlement is missing_in_ledger here.
+	BankName string
 	// PageSize is the statement page size asked of the bank and the COPY
 	// batch size. Default DefaultStatementPageSize.
 	PageSize int
@@ -365,7 +369,10 @@ func (r *BankReporter) Run(ctx context.Context, sink BankSink) (BankCounts, erro
 				return fmt.Errorf("error preparing the report: %w", err)
 			}
 		}
-		if err := tx.QueryRow(ctx, "SELECT count(*), now() FROM settlements").Scan(&counts.Settlements, &counts.AsOf); err != nil {
+		if err := setReportBank(ctx, tx, r.BankName); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, "SELECT count(*), now() FROM "+reportSettlements+" s").Scan(&counts.Settlements, &counts.AsOf); err != nil {
 			return fmt.Errorf("error counting settlements: %w", err)
 		}
 		if r.Now != nil {
@@ -445,7 +452,7 @@ const recheckCandidatesSQL = `
 		FROM ` + stmtTable + ` GROUP BY reference
 	)
 	SELECT s.settlement_id, s.bank_key
-	FROM settlements s LEFT JOIN b ON b.reference = coalesce(s.bank_reference, s.settlement_id)
+	FROM ` + reportSettlements + ` s LEFT JOIN b ON b.reference = coalesce(s.bank_reference, s.settlement_id)
 	WHERE (s.state = 'confirmed' AND coalesce(b.n_settled, 0) = 0)
 	   OR (s.state = 'failed' AND coalesce(b.n_open, 0) > 0)`
 
@@ -521,7 +528,7 @@ const classifySQL = `
 		       rv.settlement_id IS NOT NULL AS has_rv,
 		       coalesce(b.n, 0) AS n, coalesce(b.n_settled, 0) AS n_settled,
 		       b.status AS bank_status, b.amount_cents AS bank_amount, b.currency AS bank_currency
-		FROM (settlements s LEFT JOIN ledger_movements m ON m.settlement_id = s.settlement_id AND m.kind = 'payout'
+		FROM (` + reportSettlements + ` s LEFT JOIN ledger_movements m ON m.settlement_id = s.settlement_id AND m.kind = 'payout'
 		      LEFT JOIN ledger_movements rv ON rv.settlement_id = s.settlement_id AND rv.kind = 'reversal')
 		FULL JOIN b ON b.reference = coalesce(s.bank_reference, s.settlement_id)
 	), c AS (

@@ -18,6 +18,20 @@ const (
 	BankWorkerGone = 30 * time.Second
 )
 
+// reportSettlements is the settlements a report reads: those of the bank
+// set for its transaction by setReportBank, or all when none is.
+const reportSettlements = `(SELECT * FROM settlements
+	WHERE coalesce(current_setting('settle.report_bank', true), '') IN ('', bank))`
+
+// setReportBank restricts the report of transaction tx to the settlements
+// of bank (empty: every bank); the value is bound, never interpolated.
+func setReportBank(ctx context.Context, tx pgx.Tx, bank string) error {
+	if _, err := tx.Exec(ctx, "SELECT set_config('settle.report_bank', $1, true)", bank); err != nil {
+		return fmt.Errorf("error preparing the report: %w", err)
+	}
+	return nil
+}
+
 // WrongBankError is the refusal of a Resolver asked to send, check or
 // resolve a settlement bound to another bank than its own: nothing was
 // asked of any bank.

@@ -24,6 +24,8 @@ type ListOptions struct {
 	OlderThan time.Duration
 	// Limit, when positive, stops after this many settlements.
 	Limit int
+	// Bank, when set, keeps the settlements bound to that bank.
+	Bank string
 }
 
 // SettlementRow is one settlement of a list: where it stands, since when,
@@ -48,6 +50,8 @@ type SettlementRow struct {
 	BankStatus          string     `json:"bank_status,omitempty"`
 	NeedsInvestigation  bool       `json:"needs_investigation"`
 	InvestigationReason string     `json:"investigation_reason,omitempty"`
+	// Bank is the bank it is bound to.
+	Bank string `json:"bank"`
 }
 
 // List streams the settlements in opts.State to fn, oldest first (by
@@ -57,7 +61,7 @@ func (i *Inspector) List(ctx context.Context, opts ListOptions, fn func(Settleme
 	if !opts.State.Valid() {
 		return 0, fmt.Errorf("error listing settlements: unknown state %q (want one of %v)", opts.State, settlement.States)
 	}
-	f := Filter{State: opts.State, OlderThan: opts.OlderThan}
+	f := Filter{State: opts.State, OlderThan: opts.OlderThan, Bank: opts.Bank}
 	if err := f.Validate(); err != nil {
 		return 0, fmt.Errorf("error listing settlements: %w", err)
 	}

@@ -22,6 +22,8 @@ type Filter struct {
 	NeedsInvestigation bool
 	// AccountID, when set, keeps the settlements of that debtor account.
 	AccountID string
+	// Bank, when set, keeps the settlements bound to that bank.
+	Bank string
 	// OlderThan, when positive, keeps only the settlements that entered
 	// their current state at least this long ago.
 	OlderThan time.Duration
@@ -36,6 +38,11 @@ func (f Filter) Validate() error {
 		return errors.New("older than must not be negative")
 	case len(f.AccountID) > 128:
 		return errors.New("account id longer than 128 characters")
+	}
+	if f.Bank != "" {
+		if err := settlement.CheckBankName(f.Bank); err != nil {
+			return fmt.Errorf("bank: %w", err)
+		}
 	}
 	return nil
 }
@@ -119,7 +126,7 @@ func (i *Inspector) Page(ctx context.Context, f Filter, after Cursor, limit int)
 const listColumns = `s.settlement_id, s.state, coalesce(` + enteredStateSQL + `, s.created_at) AS since, s.created_at,
 	s.account_id, s.amount_cents, s.currency, s.send_attempts, s.first_attempt_at,
 	s.check_attempts, s.next_check_at, coalesce(s.bank_payment_id, ''), coalesce(s.bank_status, ''),
-	s.needs_investigation, coalesce(s.investigation_reason, '')`
+	s.needs_investigation, coalesce(s.investigation_reason, ''), s.bank`
 
 // listRows passes the settlements selected by f after cursor after to fn,
 // in list order, at most limit of them (0: all). The statement is built
@@ -141,6 +148,9 @@ func listRows(ctx context.Context, tx pgx.Tx, f Filter, after Cursor, limit int,
 	}
 	if f.NeedsInvestigation {
 		conds = append(conds, "s.needs_investigation")
+	}
+	if f.Bank != "" {
+		conds = append(conds, "s.bank = "+arg(f.Bank))
 	}
 	if f.OlderThan > 0 {
 		// A settlement entered its state no earlier than it was received:
@@ -199,7 +209,7 @@ func listRows(ctx context.Context, tx pgx.Tx, f Filter, after Cursor, limit int,
 	var r SettlementRow
 	_, err = pgx.ForEachRow(rows, []any{&r.SettlementID, &r.State, &r.Since, &r.CreatedAt, &r.AccountID, &r.AmountCents,
 		&r.Currency, &r.SendAttempts, &r.FirstAttemptAt, &r.CheckAttempts, &r.NextCheckAt,
-		&r.BankPaymentID, &r.BankStatus, &r.NeedsInvestigation, &r.InvestigationReason}, func() error {
+		&r.BankPaymentID, &r.BankStatus, &r.NeedsInvestigation, &r.InvestigationReason, &r.Bank}, func() error {
 		r.AgeSeconds = max(now.Sub(r.Since).Seconds(), 0)
 		return fn(r)
 	})

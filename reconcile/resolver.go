@@ -703,7 +703,7 @@ func (r *Resolver) observe(f facts, d Decision, flagReason string) {
 		return
 	}
 	if d.Moves(f.State) {
-		m.Transitions.WithLabelValues(string(d.To)).Inc()
+		m.Transitions.WithLabelValues(r.BankName, string(d.To)).Inc()
 		if d.To == settlement.Returned {
 			source := d.Source
 			if source == "" {

@@ -63,6 +63,9 @@ type StatementReporter struct {
 	Progress func(BankProgress)
 	// Now is the clock of BankCounts.AsOf. Default: the database's.
 	Now func() time.Time
+	// BankName, when set, reconciles only the settlements bound to that
+	// bank; lines matched to another bank's settlements are left out.
+	BankName string
 }
 
 // bookingKey identifies a booking across the files that show it (see
@@ -101,7 +104,7 @@ const stmtClassifySQL = `
 		       r.settlement_id IS NOT NULL AS has_rev, r.amount_cents AS rev_amount, r.currency AS rev_currency,
 		       coalesce(b.n_paid, 0) AS n_paid, coalesce(b.n_back, 0) AS n_back,
 		       b.paid_min, b.paid_max, coalesce(b.paid_unknown, false) AS paid_unknown, b.paid_ccy_min, b.paid_ccy_max
-		FROM settlements s
+		FROM ` + reportSettlements + ` s
 		LEFT JOIN ledger_movements m ON m.settlement_id = s.settlement_id AND m.kind = 'payout'
 		LEFT JOIN ledger_movements r ON r.settlement_id = s.settlement_id AND r.kind = 'reversal'
 		LEFT JOIN b ON b.settlement_id = s.settlement_id
@@ -153,7 +156,10 @@ func (r *StatementReporter) Run(ctx context.Context, sink StatementSink) (BankCo
 			}
 		}
 		var last *time.Time
-		err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM settlements), now(),
+		if err := setReportBank(ctx, tx, r.BankName); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+reportSettlements+` s), now(),
 			(SELECT count(*) FROM bank_statement_files), (SELECT max(imported_at) FROM bank_statement_files),
 			(SELECT count(*) FROM bank_statements), (SELECT count(*) FROM bank_statement_entries)`).
 			Scan(&counts.Settlements, &counts.AsOf, &counts.StatementFiles, &last, &counts.Statements, &counts.StatementLines)

@@ -65,7 +65,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	seed := fs.Int64("seed", 1, "seed of the events and of the bank's fault decisions")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for every settlement to become terminal")
 	keep := fs.Bool("keep", false, "leave the bank and the worker running after the report, until Ctrl-C")
-	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+strings.Join(bankclient.Names(), ", "))
+	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+strings.Join(bankclient.Names(), ", ")+"; two at once (settle,stripe) run one worker serving both banks, each settlement bound to its own")
 	src := fs.String("source", "", "send the events through this event source instead of the HTTP API: nats")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -74,9 +74,11 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		fmt.Fprintf(s.Err, "settle demo: unexpected arguments %q\n", fs.Args())
 		return exitError
 	}
-	if _, err := bankclient.Lookup(*bank); err != nil {
-		fmt.Fprintf(s.Err, "settle demo: %v\n", err)
-		return exitError
+	for _, name := range strings.Split(*bank, ",") {
+		if _, err := bankclient.Lookup(name); err != nil {
+			fmt.Fprintf(s.Err, "settle demo: %v\n", err)
+			return exitError
+		}
 	}
 	if _, ok := demo.Profiles[*faults]; !ok || *events < 2 {
 		fmt.Fprintln(s.Err, "settle demo: --faults must be none, flaky or hostile, and --events at least 2")

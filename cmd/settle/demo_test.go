@@ -164,3 +164,37 @@ func demoOn(t *testing.T, bank string, want ...string) {
 		t.Log(out)
 	}
 }
+
+// TestDemoTwoBanks: `settle demo --bank settle,stripe` runs one worker
+// serving both banks, binds each settlement to its bank (by the default
+// route or the event's bank field), pays each exactly once at its own bank
+// and shows each settlement's bank.
+func TestDemoTwoBanks(t *testing.T) {
+	t.Parallel()
+	bin := bintest.Build(t)
+	env := embeddedHome(t, bin)
+	out, code := runBin(t, bin, env, "demo", "--bank", "settle,stripe", "--events", "60", "--faults", "hostile")
+	if code != exitOK {
+		t.Fatalf("settle demo exited %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"60 payout events for 48 settlements at 2 banks at once",
+		"settle worker --bank settle,stripe",
+		"events name no bank: --route default=settle",
+		"bank stripe  ",
+		"bank settle  ",
+		"every settlement paid exactly once, at its own bank",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 8 && (f[0] == "settle" || f[0] == "stripe") && f[7] != "0" {
+			t.Errorf("discrepancies at a bank: %s", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
+	}
+}

@@ -180,6 +180,9 @@ func (b *bankFlags) register(fs *flag.FlagSet) {
 // SETTLE_BANK_* environment) and checks that the bank answers; warnings
 // (plain http by --bank-insecure-http) go to stderr.
 func (b *bankFlags) client(ctx context.Context, stderr io.Writer) (bankclient.Bank, bankclient.Capabilities, error) {
+	if strings.Contains(b.name, ",") {
+		return nil, bankclient.Capabilities{}, fmt.Errorf("--bank %s: reconcile speaks to one bank at a time; run it once per bank (--bank NAME, with that bank's SETTLE_BANK_* environment)", b.name)
+	}
 	conn, err := bankclient.Lookup(b.name)
 	if err != nil {
 		return nil, bankclient.Capabilities{}, err
@@ -294,6 +297,7 @@ the bank's last answer, attempts, the next check, and needs_investigation
 with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 	state := fs.String("state", "", "state to list: pending, sent, uncertain, confirmed or failed (required)")
 	olderThan := fs.Duration("older-than", 0, "only settlements in the state for at least this long (e.g. 10m)")
+	onlyBank := fs.String("bank", "", "only settlements bound to this bank (settle, stripe, obie)")
 	limit := fs.Int("limit", 0, "stop after this many (0: all)")
 	asJSON := fs.Bool("json", false, `print {"state","older_than_seconds","settlements":[...],"count"}`)
 	if code, done := parseFlags(fs, args); done {
@@ -319,7 +323,7 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 
 	out := bufio.NewWriter(c.s.Out)
 	defer out.Flush()
-	opts := reconcile.ListOptions{State: st, OlderThan: *olderThan, Limit: *limit}
+	opts := reconcile.ListOptions{State: st, OlderThan: *olderThan, Limit: *limit, Bank: *onlyBank}
 	var n int
 	var err error
 	if *asJSON {
@@ -329,7 +333,7 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 			err = jl.Close()
 		}
 	} else {
-		tb := newBlockTable(out, "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tBANK\tINVESTIGATION")
+		tb := newBlockTable(out, "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tPAID THROUGH\tBANK\tINVESTIGATION")
 		n, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error {
 			bank := r.BankStatus
 			if r.BankPaymentID != "" {
@@ -339,9 +343,9 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 			if r.NeedsInvestigation {
 				inv = r.InvestigationReason
 			}
-			return tb.row("%s\t%s\t%s\t%d %s\t%d\t%d\t%s\t%s\t%s\n", r.SettlementID, r.Since.UTC().Format(time.RFC3339),
+			return tb.row("%s\t%s\t%s\t%d %s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.SettlementID, r.Since.UTC().Format(time.RFC3339),
 				age(r.AgeSeconds), r.AmountCents, r.Currency, r.SendAttempts, r.CheckAttempts, timeOrDash(r.NextCheckAt),
-				strings.TrimSpace(bank), inv)
+				r.Bank, strings.TrimSpace(bank), inv)
 		})
 		_ = tb.flush()
 		if err == nil {
@@ -709,7 +713,16 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 	}
 	defer pool.Close()
 	if *statements {
-		return c.bankStatements(ctx, pool, *asJSON, *limit)
+		// Statements name no connector: they are reconciled per bank only
+		// when one is named.
+		only := ""
+		if onCommandLine(fs, "bank") || os.Getenv("SETTLE_BANK") != "" {
+			only = bf.name
+			if err := settlement.CheckBankName(only); err != nil {
+				return c.fail(" bank", fmt.Errorf("--bank %s: one bank at a time: %w", only, err))
+			}
+		}
+		return c.bankStatements(ctx, pool, *asJSON, *limit, only)
 	}
 	bank, _, err := bf.client(ctx, c.s.Err)
 	if err != nil {
@@ -727,7 +740,9 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 	} else {
 		sink = &bankTable{w: out, limit: *limit}
 	}
-	rep := &reconcile.BankReporter{DB: pool, Bank: bank, PageSize: *pageSize}
+	// The bank's own settlements only: another bank's are reconciled
+	// against theirs (settle reconcile bank --bank NAME).
+	rep := &reconcile.BankReporter{DB: pool, Bank: bank, BankName: bf.name, PageSize: *pageSize}
 	// A spinner with a count on a terminal, one per phase (the totals are
 	// not known in advance); nothing when stderr is a file or a pipe.
 	var bar *cli.Bar
@@ -763,7 +778,7 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 }
 
 // bankStatements is `settle reconcile bank --statements`.
-func (c *reconcileCmd) bankStatements(ctx context.Context, pool *pgxpool.Pool, asJSON bool, limit int) int {
+func (c *reconcileCmd) bankStatements(ctx context.Context, pool *pgxpool.Pool, asJSON bool, limit int, bank string) int {
 	out := bufio.NewWriter(c.s.Out)
 	defer out.Flush()
 	var sink interface {
@@ -775,7 +790,7 @@ func (c *reconcileCmd) bankStatements(ctx context.Context, pool *pgxpool.Pool, a
 	} else {
 		sink = &bankTable{w: out, limit: limit}
 	}
-	counts, err := (&reconcile.StatementReporter{DB: pool, Now: c.now}).Run(ctx, sink)
+	counts, err := (&reconcile.StatementReporter{DB: pool, Now: c.now, BankName: bank}).Run(ctx, sink)
 	if err == nil {
 		err = sink.Finish()
 	}

@@ -146,6 +146,9 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if o.Executable == "" {
 		return Report{}, errors.New("no settle executable to run the worker")
 	}
+	if names := strings.Split(o.Bank, ","); len(names) > 1 {
+		return runBanks(ctx, o, names, faults, start)
+	}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
 	note := func(format string, args ...any) { fmt.Fprintf(o.Err, "settle demo: "+format+"\n", args...) }
 

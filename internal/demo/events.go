@@ -64,6 +64,12 @@ func Generate(n int, seed int64, now time.Time) Stream {
 // GenerateFor is Generate with beneficiaries the connector bank can pay
 // to (the same draws whatever the connector).
 func GenerateFor(bank string, n int, seed int64, now time.Time) Stream {
+	return generate(bank, "demo-", false, n, seed, now)
+}
+
+// generate is GenerateFor with settlement ids starting with prefix, each
+// event naming bank in its bank field when named is true.
+func generate(bank, prefix string, named bool, n int, seed int64, now time.Time) Stream {
 	beneficiary := func(name string) string { return name }
 	if f := accountIDs[bank]; f != nil {
 		beneficiary = f
@@ -79,7 +85,7 @@ func GenerateFor(bank string, n int, seed int64, now time.Time) Stream {
 	evs := make([]intake.Event, unique)
 	for i := range evs {
 		evs[i] = intake.Event{
-			SettlementID: fmt.Sprintf("demo-%04d", i+1),
+			SettlementID: fmt.Sprintf("%s%04d", prefix, i+1),
 			AccountID:    Accounts[rng.IntN(len(Accounts))],
 			AmountCents:  100 + rng.Int64N(250_000),
 			Currency:     currencies[rng.IntN(len(currencies))],
@@ -89,6 +95,9 @@ func GenerateFor(bank string, n int, seed int64, now time.Time) Stream {
 		}
 		if c := onlyCurrency[bank]; c != "" {
 			evs[i].Currency = c
+		}
+		if named {
+			evs[i].Bank = bank
 		}
 		st.Amounts[evs[i].SettlementID] = evs[i].AmountCents
 		st.First = append(st.First, mustLine(evs[i], false))
@@ -129,6 +138,10 @@ func mustLine(e intake.Event, reordered bool) []byte {
 		}
 		return b
 	}
-	return fmt.Appendf(nil, `{ "event_id": %q, "beneficiary": %q, "currency": %q, "amount_cents": %d, "account_id": %q, "settlement_id": %q, "occurred_at": %q }`,
-		e.EventID, e.Beneficiary, e.Currency, e.AmountCents, e.AccountID, e.SettlementID, e.OccurredAt.Format(time.RFC3339))
+	bank := ""
+	if e.Bank != "" {
+		bank = fmt.Sprintf(`, "bank": %q`, e.Bank)
+	}
+	return fmt.Appendf(nil, `{ "event_id": %q, "beneficiary": %q, "currency": %q, "amount_cents": %d, "account_id": %q, "settlement_id": %q, "occurred_at": %q%s }`,
+		e.EventID, e.Beneficiary, e.Currency, e.AmountCents, e.AccountID, e.SettlementID, e.OccurredAt.Format(time.RFC3339), bank)
 }

@@ -19,11 +19,14 @@ type Metrics struct {
 	ReceiptConflicts prometheus.Counter
 	// UncertainTotal counts entries into the uncertain state.
 	UncertainTotal prometheus.Counter
-	// Transitions counts transitions by target state.
+	// Transitions counts transitions by the bank of the settlement (the
+	// worker's, bounded by its configuration; empty for a tool of no
+	// bank) and target state.
 	Transitions *prometheus.CounterVec
-	// BankRequests counts bank calls by op (send, status, statement) and outcome.
+	// BankRequests counts bank calls by bank, op (send, status,
+	// statement) and outcome.
 	BankRequests *prometheus.CounterVec
-	// BankDuration is the latency of bank calls by op.
+	// BankDuration is the latency of bank calls by bank and op.
 	BankDuration *prometheus.HistogramVec
 	// Resolution is the time from entering uncertain to a terminal state.
 	Resolution prometheus.Histogram
@@ -74,15 +77,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "settle_uncertain_total", Help: "Entries into the uncertain state (no definitive answer from the bank).",
 		}),
 		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "settle_transitions_total", Help: "Settlement state transitions, by target state.",
-		}, []string{"to"}),
+			Name: "settle_transitions_total", Help: "Settlement state transitions made by the engine, by bank and target state.",
+		}, []string{"bank", "to"}),
 		BankRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "settle_bank_requests_total", Help: "Calls to the bank, by operation and outcome.",
-		}, []string{"op", "outcome"}),
+			Name: "settle_bank_requests_total", Help: "Calls to the bank, by bank, operation and outcome.",
+		}, []string{"bank", "op", "outcome"}),
 		BankDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "settle_bank_request_duration_seconds", Help: "Latency of calls to the bank, by operation.",
+			Name: "settle_bank_request_duration_seconds", Help: "Latency of calls to the bank, by bank and operation.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
-		}, []string{"op"}),
+		}, []string{"bank", "op"}),
 		Resolution: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "settle_resolution_seconds", Help: "Time from entering uncertain to a terminal state.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 3, 12),
@@ -139,8 +142,11 @@ func (m *Metrics) EventAttempt(sink string, delivered bool) {
 	m.EventsFailed.WithLabelValues(sink).Inc()
 }
 
-// ObserveBank records one bank call.
-func (m *Metrics) ObserveBank(op, outcome string, d time.Duration) {
-	m.BankRequests.WithLabelValues(op, outcome).Inc()
-	m.BankDuration.WithLabelValues(op).Observe(d.Seconds())
+// BankObserver returns the recorder of bank's calls (a bank the worker is
+// configured for: the label stays bounded).
+func (m *Metrics) BankObserver(bank string) func(op, outcome string, d time.Duration) {
+	return func(op, outcome string, d time.Duration) {
+		m.BankRequests.WithLabelValues(bank, op, outcome).Inc()
+		m.BankDuration.WithLabelValues(bank, op).Observe(d.Seconds())
+	}
 }

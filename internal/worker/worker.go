@@ -555,6 +555,15 @@ func (w *Worker) Close() error {
 	return nil
 }
 
+// resolvers are the worker's Resolvers by bank.
+func (w *Worker) resolvers() map[string]*reconcile.Resolver {
+	m := map[string]*reconcile.Resolver{}
+	for _, b := range w.banks {
+		m[b.conn.Name] = b.resolver
+	}
+	return m
+}
+
 // bankUnit is one bank the worker serves: its configuration, connector and
 // Resolver.
 type bankUnit struct {
@@ -613,7 +622,7 @@ func (w *Worker) newResolver(b *bankUnit, m *metrics.Metrics) (*reconcile.Resolv
 	bopts.Retry = bankclient.DefaultRetryPolicy
 	bopts.Retry.MaxAttempts = c.BankAttempts
 	bopts.Logger = c.Logger.With("component", "bankclient")
-	bopts.Observe = m.ObserveBank
+	bopts.Observe = m.BankObserver(b.conn.Name)
 	bopts.RatePerSecond = c.BankRate
 	bank, err := b.conn.New(b.cfg.url(), bopts)
 	if err != nil {
@@ -715,11 +724,12 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 	})
 	mux.Handle(RiverUIPrefix, token.Require(w.guardRiverUI(ui)))
 	cons, err := console.New(console.Config{
-		DB:       c.Pool,
-		Resolver: w.resolver,
-		APIToken: c.APIToken,
-		Logger:   c.Logger,
-		Now:      c.Now,
+		DB:        c.Pool,
+		Resolver:  w.resolver,
+		Resolvers: w.resolvers(),
+		APIToken:  c.APIToken,
+		Logger:    c.Logger,
+		Now:       c.Now,
 	})
 	if err != nil {
 		return nil, err
