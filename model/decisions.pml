@@ -128,6 +128,18 @@
 #error "BANK names no capability set"
 #endif
 
+/* statemachine.Allowed: the transitions the state machine allows (1) and refuses (0)
+ * index: state {S_PENDING S_SENT S_UNCERTAIN S_CONFIRMED S_FAILED S_RETURNED}, to {S_PENDING S_SENT S_UNCERTAIN S_CONFIRMED S_FAILED S_RETURNED} */
+#define IX_allowed(x0, x1) (((x0))*6 + (x1))
+hidden short T_allowed[36];
+#define ROW_allowed(x0, v0, v1, v2, v3, v4, v5) \
+	T_allowed[IX_allowed(x0, S_PENDING)] = v0; \
+	T_allowed[IX_allowed(x0, S_SENT)] = v1; \
+	T_allowed[IX_allowed(x0, S_UNCERTAIN)] = v2; \
+	T_allowed[IX_allowed(x0, S_CONFIRMED)] = v3; \
+	T_allowed[IX_allowed(x0, S_FAILED)] = v4; \
+	T_allowed[IX_allowed(x0, S_RETURNED)] = v5
+
 /* reconcile.StartSend: what a send_instruction job does (ACT_*)
  * index: state {S_PENDING S_SENT S_UNCERTAIN S_CONFIRMED S_FAILED S_RETURNED}, key {K_NONE K_YOUNG K_EDGE K_OLD} */
 #define IX_start_send(x0, x1) (((x0))*4 + (x1))
@@ -238,6 +250,7 @@ hidden short T_paid[96];
 proctype Decisions() {
 	int i;
 	d_step {
+		i = 0; do :: i < 36 -> T_allowed[i] = -1; i++ :: else -> break od;
 		i = 0; do :: i < 24 -> T_start_send[i] = -1; i++ :: else -> break od;
 		i = 0; do :: i < 48 -> T_start_resolve[i] = -1; i++ :: else -> break od;
 		i = 0; do :: i < 48 -> T_question[i] = -1; i++ :: else -> break od;
@@ -247,6 +260,13 @@ proctype Decisions() {
 		i = 0; do :: i < 32 -> T_consent[i] = -1; i++ :: else -> break od;
 		i = 0; do :: i < 96 -> T_return[i] = -1; i++ :: else -> break od;
 		i = 0; do :: i < 96 -> T_paid[i] = -1; i++ :: else -> break od;
+		/* allowed */
+		ROW_allowed(S_PENDING, 0, 1, 1, 1, 1, 0);
+		ROW_allowed(S_SENT, 0, 0, 1, 1, 1, 0);
+		ROW_allowed(S_UNCERTAIN, 1, 1, 0, 1, 1, 0);
+		ROW_allowed(S_CONFIRMED, 0, 0, 0, 0, 0, 1);
+		ROW_allowed(S_FAILED, 0, 0, 0, 0, 0, 0);
+		ROW_allowed(S_RETURNED, 0, 0, 0, 0, 0, 0);
 		/* start_send */
 		ROW_start_send(S_PENDING, ACT_SEND, ACT_CHECK, ACT_CHECK, ACT_CHECK);
 		ROW_start_send(S_SENT, ACT_NONE, ACT_NONE, ACT_NONE, ACT_NONE);

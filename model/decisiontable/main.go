@@ -6,7 +6,8 @@
 // every combination of the model's abstract inputs, for every capability
 // set the model checks, and records what each decides: so the model checks
 // the code's decisions, and a change to one without the other fails
-// TestDecisionTableCurrent.
+// TestDecisionTableCurrent. statemachine.Allowed, the transitions the state
+// machine accepts, is written beside them.
 //
 // Time is abstracted to classes of the key's age (never attempted, young:
 // a request decided now still arrives while the bank remembers the key,
@@ -32,6 +33,7 @@ import (
 	"github.com/settle/settle/internal/sim"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/statemachine"
 )
 
 func main() {
@@ -142,6 +144,7 @@ type inputs struct {
 	a   reconcile.Answer
 	q   reconcile.Question
 	l   reconcile.LineFacts
+	to  settlement.State
 }
 
 // table is one decision function over its dimensions.
@@ -361,6 +364,17 @@ func lineDims() []dim {
 func tables() []table {
 	key := keyDim()
 	return []table{
+		{name: "allowed", doc: "statemachine.Allowed: the transitions the state machine allows (1) and refuses (0)",
+			dims: []dim{stateDim(allStates...), {name: "to", values: func() []value {
+				var vs []value
+				for _, s := range allStates {
+					vs = append(vs, value{sym: stateSyms[s], set: one(func(in *inputs) { in.to = s })})
+				}
+				return vs
+			}()}},
+			eval: func(in inputs) string {
+				return map[bool]string{false: "0", true: "1"}[statemachine.Allowed(in.f.State, in.to)]
+			}},
 		{name: "start_send", doc: "reconcile.StartSend: what a send_instruction job does (ACT_*)",
 			dims: []dim{stateDim(allStates...), key},
 			eval: func(in inputs) string { return action(reconcile.StartSend(in.f)) }},
