@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -20,8 +21,12 @@ const maxFormBytes = 64 << 10
 // action is a checked action request: who asks, about which settlement.
 type action struct {
 	operator string
-	id       string
-	form     url.Values
+	// verified: the operator's name was checked (--operators-file).
+	verified bool
+	// source is the IP address the request came from.
+	source string
+	id     string
+	form   url.Values
 }
 
 // checkAction admits an action only when it comes from a console page: not
@@ -49,7 +54,7 @@ func (c *Console) checkAction(w http.ResponseWriter, r *http.Request) (action, b
 	if !hmac.Equal([]byte(r.PostForm.Get("csrf")), []byte(want)) {
 		return refuse(http.StatusForbidden, "The form is missing its token or comes from another session. Reload the page and try again. Nothing was done.")
 	}
-	a := action{operator: s.Operator, id: r.PostForm.Get("id"), form: r.PostForm}
+	a := action{operator: s.Operator, verified: s.Verified, source: sourceAddr(r), id: r.PostForm.Get("id"), form: r.PostForm}
 	if s.Open {
 		// An open console cannot know who is asking: the form says.
 		a.operator = strings.TrimSpace(r.PostForm.Get("operator"))
@@ -61,6 +66,16 @@ func (c *Console) checkAction(w http.ResponseWriter, r *http.Request) (action, b
 		return refuse(http.StatusBadRequest, "No settlement given. Nothing was done.")
 	}
 	return a, true
+}
+
+// sourceAddr is the IP address of the peer a request came from ("" when
+// it cannot be read).
+func sourceAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil || net.ParseIP(host) == nil {
+		return ""
+	}
+	return host
 }
 
 // resolve is "resolve now": the bank is asked at once through the worker's
@@ -81,7 +96,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	result := describeResolve(res, err)
 	c.record(w, r, reconcile.OperatorAction{
-		SettlementID: a.id, Operator: a.operator, Action: reconcile.OperatorResolve,
+		SettlementID: a.id, Operator: a.operator, OperatorVerified: a.verified, SourceAddr: a.source, Action: reconcile.OperatorResolve,
 		Detail: "resolve now: ask the bank and apply its answer", Result: result, OK: err == nil,
 	})
 }
@@ -136,7 +151,7 @@ func (c *Console) note(w http.ResponseWriter, r *http.Request) {
 	}
 	text := strings.TrimSpace(strings.ReplaceAll(a.form.Get("note"), "\r\n", "\n"))
 	c.record(w, r, reconcile.OperatorAction{
-		SettlementID: a.id, Operator: a.operator, Action: reconcile.OperatorNote,
+		SettlementID: a.id, Operator: a.operator, OperatorVerified: a.verified, SourceAddr: a.source, Action: reconcile.OperatorNote,
 		Detail: text, Result: "recorded", OK: true,
 	})
 }
@@ -169,6 +184,7 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request, oa reconcile.Op
 		return
 	}
 	c.log.Info("console: operator action", "settlement_id", rec.SettlementID, "operator", rec.Operator,
+		"operator_verified", rec.OperatorVerified, "source_addr", rec.SourceAddr,
 		"action", rec.Action, "ok", rec.OK, "result", rec.Result, "action_id", rec.ID)
 	http.Redirect(w, r, storyURL(rec.SettlementID)+"&done="+strconv.FormatInt(rec.ID, 10)+"#actions", http.StatusSeeOther)
 }

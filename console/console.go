@@ -22,9 +22,12 @@
 //
 // With an API token configured, every page requires HTTP Basic credentials
 // whose password is the token (package auth's one check); the user name is
-// the operator's name, recorded with every action. Without a token the
-// console says on every page that it is open. The token never appears in a
-// page, a log line or a URL.
+// the operator's name, recorded with every action as self-asserted. With
+// operators configured (auth.Operators, --operators-file) each operator
+// signs in with their own name and token instead, and the name recorded is
+// verified. Every action also records the address it came from. Without a
+// token the console says on every page that it is open. The token never
+// appears in a page, a log line or a URL.
 package console
 
 import (
@@ -71,6 +74,11 @@ type Config struct {
 	// APIToken, when set, is required as the HTTP Basic password of every
 	// request. It is never shown or logged.
 	APIToken string
+	// Operators, when set (--operators-file), are the only credentials the
+	// console takes: each operator signs in with their own name and token,
+	// and the name recorded with an action is verified. Without it the
+	// name is the one given with the API token, recorded as self-asserted.
+	Operators *auth.Operators
 	// Logger receives one line per operator action (default: discarded).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -160,6 +168,19 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if c.cfg.Operators != nil {
+		name, ok := c.cfg.Operators.Check(r)
+		if !ok {
+			h.Set("WWW-Authenticate", `Basic realm="settle console", charset="UTF-8"`)
+			c.render(w, r, http.StatusUnauthorized, "error", session{}, errorPage{
+				Title: "Sign in", Message: "This console requires your own operator credentials: sign in with your operator name as the user name and your own token as the password.",
+			})
+			return
+		}
+		r = r.WithContext(withSession(r.Context(), session{Operator: name, Verified: true}))
+		c.mux.ServeHTTP(w, r)
+		return
+	}
 	user, ok := c.token.Check(r)
 	if !ok {
 		h.Set("WWW-Authenticate", `Basic realm="settle console", charset="UTF-8"`)

@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/console"
 	"github.com/settle/settle/events/eventstest"
+	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/internal/browsertest"
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/worker"
@@ -364,5 +367,74 @@ func TestFormKeyIsNotTheToken(t *testing.T) {
 	if r := other.request(t, http.MethodPost, "/console/settlement/note", alice,
 		url.Values{"csrf": {first}, "id": {"key-1"}, "note": {"from the other console"}}); r.code != http.StatusForbidden {
 		t.Errorf("the first console's form at the second: %d, want 403", r.code)
+	}
+}
+
+// TestOperatorsHaveTheirOwnCredentials (issue 32, item 11): with
+// --operators-file each operator signs in with their own name and token;
+// the shared API token, another operator's token or an unlisted name does
+// not open the console, and the action is recorded with the verified name
+// and the address it came from. Without the file the name given with the
+// API token is recorded as self-asserted, with its address too.
+func TestOperatorsHaveTheirOwnCredentials(t *testing.T) {
+	t.Parallel()
+	const aliceTok, bobTok = "alice-own-token-0123456789", "bob-own-token-0123456789"
+	hash := func(tok string) string {
+		s := sha256.Sum256([]byte(tok))
+		return hex.EncodeToString(s[:])
+	}
+	ops, err := auth.ParseOperators(strings.NewReader("alice:" + hash(aliceTok) + "\nbob:" + hash(bobTok) + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, secretToken, bankclient.Faults{}, func(c *worker.Config) { c.Operators = ops })
+	b.submit(t, "op-1", "acc-a", 1000)
+	for _, creds := range []map[string]string{
+		basic("alice", secretToken), basic("alice", bobTok), basic("mallory", aliceTok), basic("", aliceTok),
+		{"Authorization": "Bearer " + aliceTok}, nil,
+	} {
+		if r := b.request(t, http.MethodGet, "/console/settlement?id=op-1", creds, nil); r.code != http.StatusUnauthorized {
+			t.Errorf("GET with %v = %d, want 401", creds, r.code)
+		}
+	}
+	alice := basic("alice", aliceTok)
+	story := b.request(t, http.MethodGet, "/console/settlement?id=op-1", alice, nil)
+	if story.code != http.StatusOK || !strings.Contains(story.body, "signed in as <b>alice</b>") || strings.Contains(story.body, "not verified") {
+		t.Fatalf("GET as alice with her own token = %d\n%.400s", story.code, story.body)
+	}
+	if r := b.request(t, http.MethodPost, "/console/settlement/note", alice,
+		url.Values{"csrf": {formToken(t, story.body)}, "id": {"op-1"}, "note": {"verified note"}}); r.code != http.StatusSeeOther {
+		t.Fatalf("note as alice = %d %.300s", r.code, r.body)
+	}
+	a := b.actions(t, "op-1")
+	if len(a) != 1 || a[0].Operator != "alice" || !a[0].OperatorVerified || a[0].SourceAddr != "127.0.0.1" {
+		t.Fatalf("actions = %+v, want alice, verified, from 127.0.0.1", a)
+	}
+	if page := b.request(t, http.MethodGet, "/console/settlement?id=op-1", alice, nil).body; !strings.Contains(page, "from 127.0.0.1") || strings.Contains(page, "(self-asserted)") {
+		t.Errorf("the story does not show the verified action with its address")
+	}
+	// The API keeps the API token.
+	if code, _ := settletest.Get(t, b.base+"/v1/settlements/op-1", "Bearer "+secretToken); code != http.StatusOK {
+		t.Errorf("API with the API token = %d", code)
+	}
+
+	// Without --operators-file: the name is the one given, self-asserted.
+	s := setup(t, secretToken, bankclient.Faults{}, nil)
+	s.submit(t, "op-2", "acc-a", 1000)
+	eve := basic("eve-claims-to-be-alice", secretToken)
+	page := s.request(t, http.MethodGet, "/console/settlement?id=op-2", eve, nil).body
+	if !strings.Contains(page, "not verified") {
+		t.Errorf("a console without operators does not say the name is not verified")
+	}
+	if r := s.request(t, http.MethodPost, "/console/settlement/note", eve,
+		url.Values{"csrf": {formToken(t, page)}, "id": {"op-2"}, "note": {"asserted note"}}); r.code != http.StatusSeeOther {
+		t.Fatalf("note = %d %.300s", r.code, r.body)
+	}
+	a = s.actions(t, "op-2")
+	if len(a) != 1 || a[0].OperatorVerified || a[0].SourceAddr != "127.0.0.1" {
+		t.Fatalf("actions = %+v, want self-asserted, from 127.0.0.1", a)
+	}
+	if page := s.request(t, http.MethodGet, "/console/settlement?id=op-2", eve, nil).body; !strings.Contains(page, "(self-asserted)") || !strings.Contains(page, "from 127.0.0.1") {
+		t.Errorf("the story does not mark the action self-asserted with its address")
 	}
 }

@@ -30,9 +30,11 @@ var staticFS embed.FS
 var pageNames = []string{"overview", "list", "story", "conflicts", "statements", "error"}
 
 // session is who is asking: the operator's name (the Basic user name),
-// and whether the console is open (no API token).
+// whether it was checked against the operator's own credential
+// (--operators-file), and whether the console is open (no API token).
 type session struct {
 	Operator string
+	Verified bool
 	Open     bool
 }
 

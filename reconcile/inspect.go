@@ -218,6 +218,14 @@ func timeline(st Story) []Event {
 		default:
 			t += "asked to resolve now: " + a.Result
 		}
+		switch {
+		case !a.OperatorVerified && a.SourceAddr != "":
+			t += " [name self-asserted, from " + a.SourceAddr + "]"
+		case !a.OperatorVerified:
+			t += " [name self-asserted]"
+		case a.SourceAddr != "":
+			t += " [from " + a.SourceAddr + "]"
+		}
 		ev = append(ev, Event{At: a.At, Kind: "operator", Text: t})
 	}
 	sort.SliceStable(ev, func(a, b int) bool { return ev[a].At.Before(ev[b].At) })

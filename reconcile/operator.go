@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -44,6 +45,14 @@ type OperatorAction struct {
 	SettlementID string `json:"settlement_id"`
 	// Operator is the operator's name (the HTTP Basic user name).
 	Operator string `json:"operator"`
+	// OperatorVerified is true when the name was checked against the
+	// operator's own credential (--operators-file), false when it was only
+	// asserted (a Basic user name given with the shared API token, a name
+	// typed into an open console, $USER on the command line).
+	OperatorVerified bool `json:"operator_verified"`
+	// SourceAddr is the IP address the action came from; "" for an action
+	// taken on the command line.
+	SourceAddr string `json:"source_addr,omitempty"`
 	// Action is OperatorNote, OperatorResolve, OperatorRedeliver or
 	// OperatorForgetSink.
 	Action string `json:"action"`
@@ -73,6 +82,8 @@ func (a OperatorAction) Validate() error {
 		return fmt.Errorf("note longer than %d characters", MaxNoteLen)
 	case !utf8.ValidString(a.Operator + a.Detail + a.Result):
 		return errors.New("text is not valid UTF-8")
+	case a.SourceAddr != "" && net.ParseIP(a.SourceAddr) == nil:
+		return fmt.Errorf("source address %q is not an IP address", a.SourceAddr)
 	}
 	return nil
 }
@@ -85,9 +96,9 @@ func RecordAction(ctx context.Context, db DB, a OperatorAction) (OperatorAction,
 		return OperatorAction{}, fmt.Errorf("error recording operator action: %w", err)
 	}
 	err := db.QueryRow(ctx, `
-		INSERT INTO operator_actions (settlement_id, operator, action, detail, result, ok, at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
-		a.SettlementID, a.Operator, a.Action, a.Detail, a.Result, a.OK, a.At).Scan(&a.ID)
+		INSERT INTO operator_actions (settlement_id, operator, action, detail, result, ok, at, operator_verified, source_addr)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::inet) RETURNING id`,
+		a.SettlementID, a.Operator, a.Action, a.Detail, a.Result, a.OK, a.At, a.OperatorVerified, nullable(a.SourceAddr)).Scan(&a.ID)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ForeignKeyViolation {
 		return OperatorAction{}, fmt.Errorf("error recording operator action on %s: %w", a.SettlementID, settlement.ErrNotFound)
@@ -102,14 +113,14 @@ func RecordAction(ctx context.Context, db DB, a OperatorAction) (OperatorAction,
 // were taken.
 func operatorActions(ctx context.Context, tx pgx.Tx, id string) ([]OperatorAction, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT id, settlement_id, operator, action, detail, result, ok, at
+		SELECT id, settlement_id, operator, action, detail, result, ok, at, operator_verified, coalesce(host(source_addr), '')
 		FROM operator_actions WHERE settlement_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("error reading operator actions of %s: %w", id, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OperatorAction, error) {
 		var a OperatorAction
-		return a, row.Scan(&a.ID, &a.SettlementID, &a.Operator, &a.Action, &a.Detail, &a.Result, &a.OK, &a.At)
+		return a, row.Scan(&a.ID, &a.SettlementID, &a.Operator, &a.Action, &a.Detail, &a.Result, &a.OK, &a.At, &a.OperatorVerified, &a.SourceAddr)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error reading operator actions of %s: %w", id, err)

@@ -237,6 +237,7 @@ func TestRecordActionIsAppendOnlyAndInTheStory(t *testing.T) {
 		{SettlementID: "u-1", Operator: " ", Action: OperatorNote, Detail: "x"},
 		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: "  "},
 		{SettlementID: "u-1", Operator: "alice", Action: "delete", Detail: "x"},
+		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: "x", SourceAddr: "not-an-address"},
 		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: string(make([]rune, MaxNoteLen+1))},
 	} {
 		if _, err := RecordAction(ctx, b.db.Pool, bad); err == nil {
@@ -268,7 +269,7 @@ func TestRecordActionIsAppendOnlyAndInTheStory(t *testing.T) {
 			texts = append(texts, e.Text)
 		}
 	}
-	if want := []string{"alice noted: called the bank", "bob asked to resolve now: stays uncertain"}; !slices.Equal(texts, want) {
+	if want := []string{"alice noted: called the bank [name self-asserted]", "bob asked to resolve now: stays uncertain [name self-asserted]"}; !slices.Equal(texts, want) {
 		t.Errorf("operator events = %q, want %q", texts, want)
 	}
 }

@@ -190,6 +190,7 @@ func TestWorkerRefusesOpenNetworkListen(t *testing.T) {
 		{nil, []string{"--listen", "0.0.0.0:0"}, "without an API token"},
 		{[]string{"SETTLE_LISTEN=:0"}, nil, "without an API token"},
 		{[]string{"SETTLE_PUBLIC_HOST=https://settle.example.com/"}, nil, "--public-host"},
+		{nil, []string{"--operators-file", writeSecret(t, "alice:not-a-hash\n")}, "--operators-file"},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		cmd := exec.CommandContext(ctx, bin, append([]string{"worker", "--bank-url", "http://127.0.0.1:1"}, tc.args...)...)

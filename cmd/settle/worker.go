@@ -12,6 +12,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/events"
+	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/database"
@@ -104,6 +105,8 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		c.PublicHosts = append(c.PublicHosts, hosts...)
 		return nil
 	})
+	var operatorsFile string
+	fs.StringVar(&operatorsFile, "operators-file", "", "the console's operators, each with their own credential: lines NAME:SHA256HEX, the hex SHA-256 of that operator's token (printf %s \"$TOKEN\" | sha256sum); each signs in with their name and token and the name recorded with their actions is verified (without it, the API token with any name, recorded as self-asserted)")
 	fs.BoolVar(&c.RiverUIAdmin, "riverui-admin", false, "let the River UI cancel, retry and delete jobs and pause queues (read-only otherwise)")
 	fs.StringVar(&tokenFile, "api-token-file", "", "read the API token from this file (one line) instead of --api-token")
 	fs.StringVar(&logFormat, "log-format", cli.LogFormatAuto, "log format: text, json or auto (text on a terminal, json otherwise)")
@@ -172,6 +175,11 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	}
 	if err := checkTokenStrength(c.APIToken); err != nil {
 		return fail(err)
+	}
+	if operatorsFile != "" {
+		if c.Operators, err = auth.LoadOperators(operatorsFile); err != nil {
+			return fail(err)
+		}
 	}
 	if onCommandLine(fs, "api-token") {
 		logger.Warn("--api-token on the command line is visible to every user of this machine (ps, /proc); set SETTLE_API_TOKEN or --api-token-file instead")

@@ -101,6 +101,9 @@ type Config struct {
 	// RiverUIAdmin lets the River UI change jobs and queues
 	// (--riverui-admin); without it the River UI is read-only.
 	RiverUIAdmin bool
+	// Operators are the console's operators with their own credentials
+	// (--operators-file); nil: the API token with a self-asserted name.
+	Operators *auth.Operators
 
 	ReplayHorizon   time.Duration
 	BankKeyTTL      time.Duration
@@ -728,6 +731,7 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 		Resolver:  w.resolver,
 		Resolvers: w.resolvers(),
 		APIToken:  c.APIToken,
+		Operators: c.Operators,
 		Logger:    c.Logger,
 		Now:       c.Now,
 	})
