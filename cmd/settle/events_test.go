@@ -157,3 +157,20 @@ func TestEventsSinksForgetSink(t *testing.T) {
 		t.Errorf("list --undelivered after forget-sink: %d %s", code, out)
 	}
 }
+
+// TestWorkerEventsPublishFlag: --events-publish takes nats and refuses
+// Kafka (issue 26) and anything else before any work.
+func TestWorkerEventsPublishFlag(t *testing.T) {
+	t.Parallel()
+	for spec, want := range map[string]string{"kafka://broker:9092/settle": "issue 26", "sqs": "unknown broker"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"worker", "--events-publish", spec}, Stdio{Out: &out, Err: &errOut}); code != exitError || !strings.Contains(errOut.String(), want) {
+			t.Errorf("--events-publish %s: exit %d, %s; want %d naming %q", spec, code, errOut.String(), exitError, want)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"worker", "--help"}, Stdio{Out: &out, Err: &errOut}); code != exitOK ||
+		!strings.Contains(out.String()+errOut.String(), "--events-publish") || !strings.Contains(out.String()+errOut.String(), "--events-nats-url") {
+		t.Errorf("worker --help: %d\n%s%s", code, out.String(), errOut.String())
+	}
+}

@@ -61,7 +61,12 @@ acknowledged; while the database is down nothing is acknowledged or rejected.
 
 With --events-url, every transition, flag and receipt conflict is POSTed to
 each URL as a signed Standard Webhooks event, at least once and in each
-settlement's order (DESIGN.md section 19; settle events list).
+settlement's order (DESIGN.md section 19; settle events list). With
+--events-publish nats each is also published to JetStream, on
+settle.events.<type> of the stream --events-stream, the event id as message
+id (the stream drops a repeat), and counts only once the stream acknowledged
+it (--events-nats-url, else NATS_URL, else the embedded server). Kafka
+publishing is not in this build yet (issue 26).
 
 Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_API_TOKEN).
 Every secret of the environment (SETTLE_API_TOKEN, SETTLE_BANK_TOKEN,
@@ -144,6 +149,8 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.EventsRetryMin, "events-retry-min", c.EventsRetryMin, "wait before the first retry of an event a sink did not take; doubles with every retry")
 	fs.DurationVar(&c.EventsRetryMax, "events-retry-max", c.EventsRetryMax, "longest wait between two retries of an event")
 	fs.DurationVar(&c.EventsRetryFor, "events-retry-for", c.EventsRetryFor, "how long an event is retried at a sink before it is marked dead there (settle events list --dead)")
+	var publish eventsPublish
+	publish.register(fs)
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -230,6 +237,12 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		c.Sources = srcs
 		c.SourceLeaseEvery = names.lease / 3
 	}
+	brokers, brokersDone, err := publish.open(ctx, s, c.EventsTimeout)
+	if err != nil {
+		return fail(err)
+	}
+	defer brokersDone()
+	c.EventsBrokers = brokers
 	w, err := worker.New(c)
 	if err != nil {
 		for _, src := range c.Sources {

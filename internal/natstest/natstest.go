@@ -7,6 +7,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -190,4 +191,41 @@ func ConsumerInfo(t testing.TB, js jetstream.JetStream, stream, consumer string)
 		t.Fatalf("error reading consumer %s: %v", consumer, err)
 	}
 	return info
+}
+
+// Messages reads every message stored in stream, in stream order (none
+// when the stream does not exist).
+func Messages(t testing.TB, js jetstream.JetStream, stream string) []jetstream.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("error reading stream %s: %v", stream, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatalf("error reading stream %s: %v", stream, err)
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatalf("error reading stream %s: %v", stream, err)
+	}
+	var out []jetstream.Msg
+	for uint64(len(out)) < info.State.Msgs {
+		batch, err := cons.Fetch(int(info.State.Msgs)-len(out), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("error reading stream %s: %v", stream, err)
+		}
+		for m := range batch.Messages() {
+			out = append(out, m)
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatalf("error reading stream %s: %v", stream, err)
+		}
+	}
+	return out
 }

@@ -149,6 +149,10 @@ type Config struct {
 	EventsRetryMin time.Duration
 	EventsRetryMax time.Duration
 	EventsRetryFor time.Duration
+	// EventsBrokers are broker sinks the caller opened (--events-publish
+	// nats: package events/natssink); the relay delivers to them as to
+	// the webhooks. The caller closes them after Run.
+	EventsBrokers []events.Sink
 
 	// Logger receives the worker's structured logs (default: discarded).
 	Logger *slog.Logger
@@ -293,17 +297,23 @@ func (c Config) Validate() error {
 }
 
 // eventSinks builds the sinks of the outcome events: a webhook per
-// EventsURLs, signed with EventsSecret.
+// EventsURLs, signed with EventsSecret, then EventsBrokers.
 func (c Config) eventSinks() ([]events.Sink, error) {
+	var sinks []events.Sink
+	seen := map[string]bool{}
+	for _, b := range c.EventsBrokers {
+		if seen[b.Name()] {
+			return nil, fmt.Errorf("events sink %s given twice", b.Name())
+		}
+		seen[b.Name()] = true
+	}
 	if len(c.EventsURLs) == 0 {
-		return nil, nil
+		return c.EventsBrokers, nil
 	}
 	signer, err := events.ParseSecrets(c.EventsSecret)
 	if err != nil {
 		return nil, fmt.Errorf("--events-url needs SETTLE_EVENTS_SECRET (whsec_<base64>): %w", err)
 	}
-	var sinks []events.Sink
-	seen := map[string]bool{}
 	for _, u := range c.EventsURLs {
 		w, err := events.NewWebhook(events.WebhookConfig{URL: u, Signer: signer, Timeout: c.EventsTimeout, Now: c.Now})
 		if err != nil {
@@ -315,7 +325,7 @@ func (c Config) eventSinks() ([]events.Sink, error) {
 		seen[w.Name()] = true
 		sinks = append(sinks, w)
 	}
-	return sinks, nil
+	return append(sinks, c.EventsBrokers...), nil
 }
 
 // Worker is an assembled worker: its River client, its HTTP API and the
