@@ -32,6 +32,25 @@ var configs = []config{
 	{"intake", []string{"-DINTAKE"}},
 }
 
+// mutant is a deliberately broken variant of the model (settle.pml's M_*
+// constants, chosen at run time by SETTLE_MUTANT so that a configuration is
+// compiled once): Spin must find a counterexample to each.
+type mutant struct {
+	id     int
+	config string
+	name   string
+}
+
+var mutants = []mutant{
+	{1, "settle", "resend after the key window: a used key resent while merely younger than the TTL (the rule before the fix)"},
+	{2, "settle", "claim not committed before the bank call: first_attempt_at recorded with the answer"},
+	{3, "settle", "movement before confirmation: the payout written when the bank accepted"},
+	{4, "settle", "a returned settlement without its reversal"},
+	{5, "settle", "a credit without return information booked as a return"},
+	{6, "intake", "ack before commit: the queue message acknowledged before the intake transaction"},
+	{7, "intake", "the relay sends a settlement's newest event first"},
+}
+
 // result is what one pan run reports.
 type result struct {
 	out      string
@@ -137,7 +156,9 @@ func trail(t *testing.T, dir string, c config) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestModel checks every configuration of the model exhaustively: no
+// TestModel checks every configuration of the model exhaustively, then
+// runs the mutants of that configuration with the same verifier, each of
+// which must be caught. In the model itself no
 // assertion fails (the bank pays each settlement at most once; one payout
 // and at most one reversal, each only when the bank settled or returned the
 // payment; only allowed transitions; at quiescence every settlement is
@@ -156,6 +177,18 @@ func TestModel(t *testing.T) {
 					c.name, r.violated, strings.Join(c.defines, " "), r.out, trail(t, dir, c))
 			}
 			t.Logf("%s: %d states, no errors, %.1fs", c.name, r.states, r.elapsed.Seconds())
+			for _, m := range mutants {
+				if m.config != c.name {
+					continue
+				}
+				r := check(t, dir, m.id)
+				if r.errors == 0 {
+					t.Errorf("mutant %d (%s) not caught: Spin explored %d states of %s and found no counterexample; the model no longer checks what it should",
+						m.id, m.name, r.states, c.name)
+					continue
+				}
+				t.Logf("mutant %d caught (%s): %s", m.id, m.name, r.violated)
+			}
 		})
 	}
 }

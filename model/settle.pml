@@ -588,14 +588,8 @@ endst:
 proctype Quiescent() {
 	timeout ->
 	assert(TERMINAL(st) || flagged);   /* no settlement stuck */
-	/* the ledger agrees with the bank, or waits for a human, or (unless
-	 * STRICT_RETURNS) the difference is a return a statement showed,
-	 * which settle reconcile bank --statements lists under "returned" */
-	assert(flagged || payouts - reversals == (bstat == B_SETTLED -> 1 : 0)
-#ifndef STRICT_RETURNS
-	       || (bstat == B_RETURNED && retline && st == S_CONFIRMED)
-#endif
-	)
+	/* the ledger agrees with the bank, or the settlement waits for a human */
+	assert(flagged || payouts - reversals == (bstat == B_SETTLED -> 1 : 0))
 }
 
 init {
