@@ -43,6 +43,15 @@ func TestConsoleShowsEachSettlementsBank(t *testing.T) {
 	if mine := b.request(t, http.MethodGet, "/console/settlement?id=mine", nil, nil); strings.Contains(mine.body, "waiting for a worker") {
 		t.Fatal("a paid settlement waits for a worker")
 	}
+	// The same event naming a bank is another payload: a conflict whose
+	// differing field is the bank.
+	named := `{"settlement_id":"mine","account_id":"acc-1","amount_cents":100,"currency":"EUR","beneficiary":"DE89370400440532013000","bank":"settle"}`
+	if code, body := settletest.Do(t, http.MethodPost, b.base+"/v1/settlements", b.auth(), named); code != http.StatusConflict {
+		t.Fatalf("a redelivery naming a bank: %d %s, want 409", code, body)
+	}
+	if c := b.request(t, http.MethodGet, "/console/settlement?id=mine", nil, nil); !strings.Contains(c.body, "(none; bound to settle by the routes)") {
+		t.Fatalf("the conflict does not show the bank:\n%.4000s", c.body)
+	}
 	if bad := b.request(t, http.MethodGet, "/console/settlements?bank=No%20Such", nil, nil); bad.code != http.StatusBadRequest || !strings.Contains(bad.body, "bank") {
 		t.Fatalf("a malformed bank filter: %d", bad.code)
 	}

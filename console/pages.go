@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
@@ -187,6 +188,20 @@ func sideBySide(s settlement.Settlement, c reconcile.Conflict) conflictView {
 		if x, ok := in[f]; ok && x != nil {
 			p.Incoming = fmt.Sprint(x)
 		}
+		p.Differs = p.Incoming != p.Stored
+		v.Fields = append(v.Fields, p)
+	}
+	// A named bank is part of the payload: shown when the rejected event
+	// named one, beside the bank the settlement is bound to.
+	if x, ok := in["bank"]; ok && x != nil {
+		stored := s.Bank
+		ev := intake.Event{SettlementID: s.SettlementID, AccountID: s.AccountID, AmountCents: s.AmountCents,
+			Currency: s.Currency, Beneficiary: s.Beneficiary, Bank: s.Bank}
+		if intake.CanonicalHash(ev) != s.PayloadHash {
+			// The first delivery named none: its bank came from a route.
+			stored = "(none; bound to " + s.Bank + " by the routes)"
+		}
+		p := fieldPair{Field: "bank", Stored: stored, Incoming: fmt.Sprint(x)}
 		p.Differs = p.Incoming != p.Stored
 		v.Fields = append(v.Fields, p)
 	}
