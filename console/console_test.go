@@ -438,3 +438,38 @@ func TestOperatorsHaveTheirOwnCredentials(t *testing.T) {
 		t.Errorf("the story does not mark the action self-asserted with its address")
 	}
 }
+
+// TestStoryCapsConflicts (issue 32, item 14): a producer can send any
+// number of conflicting payloads under one id; the story page and
+// `settle reconcile show` hold the first 20 and say how many more there
+// are.
+func TestStoryCapsConflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, secretToken, bankclient.Faults{}, nil)
+	b.submit(t, "cf-1", "acc-a", 1000)
+	for i := 1; i <= 25; i++ {
+		if code := b.submit(t, "cf-1", "acc-a", int64(1000+i)); code != http.StatusConflict {
+			t.Fatalf("conflicting payload %d = %d, want 409", i, code)
+		}
+	}
+	page := b.request(t, http.MethodGet, "/console/settlement?id=cf-1", basic("alice", secretToken), nil)
+	if n := strings.Count(page.body, `<div class="conflict">`); page.code != http.StatusOK || n != reconcile.MaxStoryConflicts || !strings.Contains(page.body, "5 more conflicts") {
+		t.Errorf("story page = %d with %d conflicts shown, want %d and \"5 more conflicts\"", page.code, n, reconcile.MaxStoryConflicts)
+	}
+	st, err := (&reconcile.Inspector{DB: b.db.Pool}).Show(t.Context(), "cf-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Conflicts) != reconcile.MaxStoryConflicts || st.ConflictsTotal != 25 {
+		t.Errorf("Show: %d conflicts of %d, want %d of 25", len(st.Conflicts), st.ConflictsTotal, reconcile.MaxStoryConflicts)
+	}
+	more := 0
+	for _, e := range st.Timeline {
+		if e.Kind == "conflict" && strings.Contains(e.Text, "5 more conflicts") {
+			more++
+		}
+	}
+	if more != 1 {
+		t.Errorf("the timeline does not say once that 5 more conflicts are not shown")
+	}
+}

@@ -145,6 +145,9 @@ type storyPage struct {
 func (s storyPage) title() string { return "Settlement " + s.Settlement.SettlementID }
 func (storyPage) nav() string     { return "settlements" }
 
+// MoreConflicts is how many conflicts the page does not show.
+func (s storyPage) MoreConflicts() int { return s.ConflictsTotal - len(s.Conflicts) }
+
 // Open reports whether the settlement may still change on its own.
 func (s storyPage) Open() bool { return !s.Settlement.State.Terminal() }
 

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/settle/settle/internal/auth"
@@ -195,6 +197,57 @@ func (h *Handler) logDecision(ctx context.Context, ev *Event, a answer, err erro
 	h.log.LogAttrs(ctx, level, "intake: "+outcome, attrs...)
 }
 
+// rejectLog sums the rejected events of one batch by reason, for its one
+// log line.
+type rejectLog struct {
+	n       int
+	reasons map[string]int
+	order   []string
+}
+
+// maxRejectReasons is how many distinct reasons the line names.
+const maxRejectReasons = 5
+
+func (l *rejectLog) add(a answer, err error) {
+	reason := "invalid"
+	switch {
+	case errors.Is(err, ErrTooOld):
+		reason = "too_old"
+	case a.problem != nil && a.problem.Field != "":
+		reason = a.problem.Field + ": " + a.problem.Detail
+	case a.problem != nil:
+		reason = a.problem.Detail
+	}
+	l.n++
+	if l.reasons == nil {
+		l.reasons = map[string]int{}
+	}
+	if _, seen := l.reasons[reason]; !seen {
+		l.order = append(l.order, reason)
+	}
+	l.reasons[reason]++
+}
+
+// log writes the batch's one line of rejects, if it had any.
+func (l *rejectLog) log(ctx context.Context, log *slog.Logger, events int) {
+	if l.n == 0 {
+		return
+	}
+	var b strings.Builder
+	for i, reason := range l.order {
+		if i == maxRejectReasons {
+			fmt.Fprintf(&b, "; and %d other reasons", len(l.order)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%d× %s", l.reasons[reason], printableField(reason))
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "intake: batch events rejected", slog.Int("rejected", l.n), slog.Int("events", events),
+		slog.String("reasons", b.String()))
+}
+
 // readBody reads at most limit bytes of the body; a larger body is an
 // *InvalidError wrapping ErrTooLarge.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
@@ -312,12 +365,16 @@ func (h *Handler) postBatch(w http.ResponseWriter, r *http.Request) {
 	resp := BatchResponse{Results: make([]BatchItem, len(raws)), Counts: map[string]int{"created": 0, "replayed": 0, "conflict": 0, "invalid": 0}}
 	evs := make([]Event, 0, len(raws))
 	idx := make([]int, 0, len(raws))
+	// A batch's rejects are logged as one line with counts, not one each:
+	// a thousand bad events must not make a thousand log lines.
+	var rejects rejectLog
+	defer rejects.log(r.Context(), h.log, len(raws))
 	for i, raw := range raws {
 		ev, err := DecodeEvent(raw)
 		if err != nil {
 			h.svc.m.IntakeTotal.WithLabelValues("invalid").Inc()
 			a := h.answerFor(Result{}, err)
-			h.logDecision(r.Context(), nil, a, err)
+			rejects.add(a, err)
 			resp.Results[i] = BatchItem{Status: a.status, Body: a.body}
 			resp.Counts["invalid"]++
 			continue
@@ -336,7 +393,11 @@ func (h *Handler) postBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		for j, o := range outs {
 			a := h.answerFor(o.Result, o.Err)
-			h.logDecision(r.Context(), &evs[j], a, o.Err)
+			if a.problem != nil && a.status >= 400 && a.status < 500 && a.status != http.StatusConflict {
+				rejects.add(a, o.Err)
+			} else {
+				h.logDecision(r.Context(), &evs[j], a, o.Err)
+			}
 			resp.Results[idx[j]] = BatchItem{Status: a.status, Body: a.body}
 			switch a.status {
 			case http.StatusCreated:

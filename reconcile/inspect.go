@@ -82,8 +82,12 @@ func (i *Inspector) List(ctx context.Context, opts ListOptions, fn func(Settleme
 type Story struct {
 	settlement.View
 	// Conflicts are the events rejected for carrying another payload under
-	// this settlement's id.
+	// this settlement's id: the first MaxStoryConflicts of them (a producer
+	// can send any number, and one story must stay readable).
 	Conflicts []Conflict `json:"conflicts"`
+	// ConflictsTotal is how many there are in all; the ones past
+	// Conflicts are listed by `settle reconcile conflicts`.
+	ConflictsTotal int `json:"conflicts_total"`
 	// LastReplayAgeSeconds is how long ago the last replay arrived; nil when
 	// there was none (or the receipt is gone).
 	LastReplayAgeSeconds *float64 `json:"last_replay_age_seconds"`
@@ -101,6 +105,9 @@ type Story struct {
 	// otherwise.
 	Waiting string `json:"waiting,omitempty"`
 }
+
+// MaxStoryConflicts is the most conflicts a Story holds.
+const MaxStoryConflicts = 20
 
 // Event is one line of a Story's timeline.
 type Event struct {
@@ -123,8 +130,11 @@ func (i *Inspector) Show(ctx context.Context, id string) (Story, error) {
 			return fmt.Errorf("error showing settlement %s: %w", id, err)
 		}
 		st.View = v
-		if st.Conflicts, err = conflicts(ctx, tx, id, nil); err != nil {
+		if st.Conflicts, err = conflictRows(ctx, tx, id, 0, MaxStoryConflicts, nil); err != nil {
 			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM receipt_conflicts WHERE settlement_id = $1`, id).Scan(&st.ConflictsTotal); err != nil {
+			return fmt.Errorf("error counting the conflicts of %s: %w", id, err)
 		}
 		if st.Movements, err = movements(ctx, tx, id); err != nil {
 			return err
@@ -200,6 +210,10 @@ func timeline(st Story) []Event {
 	}
 	for _, c := range st.Conflicts {
 		ev = append(ev, Event{At: c.DetectedAt, Kind: "conflict", Text: "rejected another payload: " + c.describe()})
+	}
+	if more := st.ConflictsTotal - len(st.Conflicts); more > 0 && len(st.Conflicts) > 0 {
+		last := st.Conflicts[len(st.Conflicts)-1].DetectedAt
+		ev = append(ev, Event{At: last, Kind: "conflict", Text: fmt.Sprintf("… and %d more conflicts since, not shown (settle reconcile conflicts lists them all)", more)})
 	}
 	for _, e := range st.Events {
 		t := e.EventID + " " + e.Type
@@ -311,11 +325,6 @@ func (i *Inspector) ConflictsPage(ctx context.Context, after int64, limit int) (
 		p.Next = p.Conflicts[limit-1].ID
 	}
 	return p, nil
-}
-
-// conflicts reads every conflict of settlement id.
-func conflicts(ctx context.Context, tx pgx.Tx, id string, fn func(Conflict) error) ([]Conflict, error) {
-	return conflictRows(ctx, tx, id, 0, 0, fn)
 }
 
 // conflictRows reads the conflicts of one settlement (id not empty) or of

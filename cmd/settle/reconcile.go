@@ -446,7 +446,11 @@ Exit 0 when found, 1 when there is no such settlement.`, c.s)
 		}
 	}
 	fmt.Fprintf(tw, "movement\t%s\n", mv)
-	fmt.Fprintf(tw, "conflicts\t%d\n", len(st.Conflicts))
+	if more := st.ConflictsTotal - len(st.Conflicts); more > 0 {
+		fmt.Fprintf(tw, "conflicts\t%d (the first %d below; settle reconcile conflicts lists them all)\n", st.ConflictsTotal, len(st.Conflicts))
+	} else {
+		fmt.Fprintf(tw, "conflicts\t%d\n", st.ConflictsTotal)
+	}
 	_ = tw.Flush()
 	fmt.Fprintln(c.s.Out)
 	tw = tabwriter.NewWriter(c.s.Out, 0, 4, 2, ' ', 0)

@@ -13,9 +13,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/httpsafe"
 	"github.com/settle/settle/internal/metrics"
 )
 
@@ -36,6 +38,24 @@ type Handler struct {
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// Limiter bounds the log lines of refused webhooks (a forger can send
+	// them as fast as the network carries them): one a kind per interval,
+	// with a count of those left out. Nil: the handler's own.
+	Limiter *httpsafe.Limiter
+
+	once sync.Once
+	lim  *httpsafe.Limiter
+}
+
+// limiter is Limiter, or the handler's own when it is nil.
+func (h *Handler) limiter() *httpsafe.Limiter {
+	h.once.Do(func() {
+		h.lim = h.Limiter
+		if h.lim == nil {
+			h.lim = &httpsafe.Limiter{}
+		}
+	})
+	return h.lim
 }
 
 // The outcomes counted.
@@ -66,7 +86,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, bankclient.ErrWebhookStale):
 		count(outcomeStale)
-		h.Logger.Warn("webhook refused: stale timestamp", "connector", name)
+		h.limiter().Warn(h.Logger, r, "webhook refused: stale timestamp", "connector", name)
 		http.Error(w, "signature timestamp outside the tolerance", http.StatusBadRequest)
 		return
 	case errors.Is(err, bankclient.ErrWebhookMalformed):
@@ -75,7 +95,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		count(outcomeSignature)
-		h.Logger.Warn("webhook refused: bad signature", "connector", name, "remote", r.RemoteAddr)
+		h.limiter().Warn(h.Logger, r, "webhook refused: bad signature", "connector", name)
 		http.Error(w, "signature does not verify", http.StatusBadRequest)
 		return
 	}

@@ -280,3 +280,35 @@ func TestOpenOnlyOnLoopback(t *testing.T) {
 func slogJSON(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// TestRejectsLogBounded (issue 32, item 14): a batch of bad events logs
+// one line with counts, not one per event, and a flood of forged webhooks
+// logs one line with a count of those left out.
+func TestRejectsLogBounded(t *testing.T) {
+	t.Parallel()
+	base, _, logs := edgeWorker(t, "", func(c *worker.Config) { c.WebhookSecret = "whsec_test" })
+	var batch strings.Builder
+	for i := 0; i < 300; i++ {
+		batch.WriteString(`{"settlement_id":"bad","amount_cents":-1}` + "\n")
+	}
+	batch.WriteString(event("good-1") + "\n")
+	if code, body := send(t, base, edgeReq{method: http.MethodPost, path: "/v1/settlements/batch", contentType: "application/x-ndjson", body: batch.String()}); code != http.StatusOK {
+		t.Fatalf("batch = %d %.300s", code, body)
+	}
+	for i := 0; i < 50; i++ {
+		if code, _ := send(t, base, edgeReq{method: http.MethodPost, path: "/v1/bank/webhooks/settle", contentType: "application/json",
+			body: `{"reference":"x"}`, header: []string{"Settle-Signature", "t=1,v1=00"}}); code != http.StatusBadRequest {
+			t.Fatalf("forged webhook = %d, want 400", code)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, `"msg":"intake: invalid"`); n != 0 {
+		t.Errorf("%d per-event lines for the batch's rejects, want none", n)
+	}
+	if n := strings.Count(out, "batch events rejected"); n != 1 || !strings.Contains(out, `"rejected":300`) {
+		t.Errorf("%d summary lines of the batch's rejects, want 1 saying 300:\n%.2000s", n, out)
+	}
+	if n := strings.Count(out, "webhook refused"); n < 1 || n > 2 {
+		t.Errorf("%d log lines for 50 forged webhooks, want 1 (2 at a boundary of the interval)", n)
+	}
+}
