@@ -354,7 +354,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		say("             DATABASE_URL='%s' settle reconcile bank --bank-url %s", dbURL, bank.url)
 		say("             DATABASE_URL='%s' settle reconcile bank --statements", dbURL)
 		say("  statement  curl '%s/v1/statements/%s?format=mt940'   (or camt.053, camt.054, bai2)", bank.url, time.Now().UTC().Format(time.DateOnly))
-		say("  submit     settle submit --url %s --api-token %s FILE", worker.URL(), token)
+		say("  submit     SETTLE_API_TOKEN=%s settle submit --url %s FILE", token, worker.URL())
 		<-ctx.Done()
 	}
 	return rep, nil
