@@ -95,8 +95,11 @@ func TestEventsCrashPoints(t *testing.T) {
 			flags := eventsFlags(b.url, rcv.URL())
 			w1 := startWorker(t, "w1", db.URL, append([]string{"SETTLE_CRASH_AT=" + point}, env...), flags...)
 			ev := intake.Event{SettlementID: "ev-crash", AccountID: "acc-1", AmountCents: 777, Currency: "EUR", Beneficiary: "bene-1"}
-			if code, err := post(w1.URL(), ev); err != nil || code != http.StatusCreated {
-				t.Fatalf("delivery = %d, %v", code, err)
+			// The relay may deliver the event and die at the crash point
+			// before intake's answer is written: no answer is then what the
+			// producer gets, the settlement being committed all the same.
+			if code, err := post(w1.URL(), ev); err == nil && code != http.StatusCreated {
+				t.Fatalf("delivery = %d", code)
 			}
 			if ps := waitExit(t, w1, 2*time.Minute); !workerproc.KilledBySIGKILL(ps) {
 				t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
