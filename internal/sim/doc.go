@@ -11,7 +11,12 @@
 // against a real PostgreSQL database and an in-memory model of the bank
 // ([Bank]), then checks the exactly-once invariants in SQL and against the
 // bank's books (reconcile.CheckInvariants), and at a consent bank the
-// checks of the consent step (consentChecks).
+// checks of the consent step (consentChecks). The outcome events are
+// relayed (events.Relay) every fourth step to a model receiver that
+// refuses some deliveries and loses the answer to others, as the seed
+// says; at the end the relay is drained and each settlement's events must
+// have reached it complete, once each after deduplication, and in order
+// (events.go).
 //
 // It owns the simulated bank, the simulated clock, the cooperative
 // scheduler that interleaves several engine calls at the granularity of

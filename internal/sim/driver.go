@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/events"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/reconcile"
@@ -114,6 +115,9 @@ type Stats struct {
 	Returns, Partial, Returned, Webhooks, Statements int
 	// Consents are the consents the bank created (a consent bank only).
 	Consents int
+	// Events are the outcome events the model receiver checked, and
+	// EventDuplicates the deliveries it had already.
+	Events, EventDuplicates int
 }
 
 // Report formats the result for a failing test: the seed, how to replay
@@ -162,7 +166,10 @@ type delivery struct {
 
 // run is the state of one simulated run.
 type run struct {
-	cfg   Config
+	cfg Config
+	// relay delivers the outcome events to rcv (events.go).
+	relay *events.Relay
+	rcv   *modelReceiver
 	rng   *rand.Rand
 	clock *settletest.ManualClock
 	bank  *Bank
@@ -227,6 +234,9 @@ func simulate(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*run, error)
 	}
 	r.res.Stats.Settlements, r.res.Stats.Steps = n, steps
 	r.tracef("seed %d: %d settlements, %d steps, bank %s, bank key TTL %s, engine key TTL %s", cfg.Seed, n, steps, capsName, bankTTL, r.engineTTL)
+	if err := r.startEvents(ctx); err != nil {
+		return nil, err
+	}
 	r.genEvents(n)
 	r.setFaults(r.drawFaults())
 	if err := r.setReturns(ctx); err != nil {
@@ -239,6 +249,11 @@ func simulate(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*run, error)
 		}
 		if err := r.step(ctx, i); err != nil {
 			return nil, err
+		}
+		if i%4 == 3 {
+			if err := r.relayPass(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if _, err := r.finish(ctx); err != nil {
@@ -289,6 +304,11 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 		}
 		violations = append(violations, cv...)
 	}
+	ev, err := r.eventChecks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	violations = append(violations, ev...)
 	r.res.Violations = violations
 	r.res.BankLog = r.bank.Log()
 	if err := r.count(ctx); err != nil {

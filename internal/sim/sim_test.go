@@ -181,6 +181,9 @@ func runSeeds(t *testing.T, n int, cfg func(seed uint64) Config) {
 	for _, err := range harness {
 		t.Error(err)
 	}
+	if runs > 0 && len(harness) == 0 && total.Events == 0 {
+		t.Error("no outcome event reached the model receiver")
+	}
 	for _, res := range failed {
 		if reported < 2 {
 			t.Error(res.Report())
@@ -208,4 +211,6 @@ func (s *Stats) add(o Stats) {
 	s.Webhooks += o.Webhooks
 	s.Statements += o.Statements
 	s.Consents += o.Consents
+	s.Events += o.Events
+	s.EventDuplicates += o.EventDuplicates
 }
