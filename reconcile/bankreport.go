@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -451,13 +452,15 @@ const recheckCandidatesSQL = `
 		       count(*) FILTER (WHERE status IN ('accepted', 'processing')) AS n_open
 		FROM ` + stmtTable + ` GROUP BY reference
 	)
-	SELECT s.settlement_id, s.bank_key
+	SELECT s.settlement_id, s.bank_key, coalesce(s.bank_payment_id, '')
 	FROM ` + reportSettlements + ` s LEFT JOIN b ON b.reference = coalesce(s.bank_reference, s.settlement_id)
 	WHERE (s.state = 'confirmed' AND coalesce(b.n_settled, 0) = 0)
 	   OR (s.state = 'failed' AND coalesce(b.n_open, 0) > 0)`
 
-// recheck asks the bank by key about every candidate and refreshes the
-// staged statement with its answers. A 404 leaves the statement as it is.
+// recheck asks the bank about every candidate, by key or, at a bank that
+// cannot be asked by key (Stripe), by its own payment id once an answer
+// gave it, and refreshes the staged statement with its answers. A 404,
+// or a bank that can be asked neither way, leaves the statement as it is.
 func (r *BankReporter) recheck(ctx context.Context, tx pgx.Tx) (int64, error) {
 	if _, err := tx.Exec(ctx, recheckCandidatesSQL); err != nil {
 		return 0, fmt.Errorf("error finding payments to recheck: %w", err)
@@ -468,10 +471,10 @@ func (r *BankReporter) recheck(ctx context.Context, tx pgx.Tx) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("error finding payments to recheck: %w", err)
 		}
-		type cand struct{ id, key string }
+		type cand struct{ id, key, paymentID string }
 		cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
 			var c cand
-			return c, row.Scan(&c.id, &c.key)
+			return c, row.Scan(&c.id, &c.key, &c.paymentID)
 		})
 		if err != nil {
 			return 0, fmt.Errorf("error finding payments to recheck: %w", err)
@@ -482,6 +485,13 @@ func (r *BankReporter) recheck(ctx context.Context, tx pgx.Tx) (int64, error) {
 		fresh := make([][]any, 0, len(cands))
 		for _, c := range cands {
 			p, err := r.Bank.StatusByKey(ctx, c.key)
+			if errors.Is(err, bankclient.ErrUnsupported) {
+				byID, ok := r.Bank.(bankclient.IDLookup)
+				if !ok || c.paymentID == "" {
+					continue
+				}
+				p, err = byID.StatusByID(ctx, c.paymentID)
+			}
 			switch {
 			case bankclient.IsNotFound(err):
 				continue
