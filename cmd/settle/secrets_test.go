@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/natsembed"
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/workertest"
 )
@@ -201,5 +203,31 @@ func TestWorkerRefusesOpenNetworkListen(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != exitError || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%v %v: %v, want exit %d saying %q\n%s", tc.env, tc.args, err, exitError, tc.want, out)
 		}
+	}
+}
+
+// TestEmbeddedNATSEnvironmentHasNoSecrets (issue 32, item 8): the embedded
+// JetStream server outlives the command that started it, like the embedded
+// PostgreSQL; it gets a minimal environment, never settle's secrets. (Not
+// parallel: it sets the secret in this process's environment, as a worker
+// has it.)
+func TestEmbeddedNATSEnvironmentHasNoSecrets(t *testing.T) {
+	bin := bintest.Build(t)
+	const secret = "nats-env-secret-0123456789"
+	t.Setenv("SETTLE_API_TOKEN", secret)
+	t.Setenv("SETTLE_BANK_TOKEN", secret)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	s, err := natsembed.Ensure(ctx, natsembed.Options{Home: t.TempDir(), Executable: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", s.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), secret) || strings.Contains(string(raw), "SETTLE_") {
+		t.Errorf("the embedded NATS server (pid %d) has settle's environment: %q", s.PID, strings.ReplaceAll(string(raw), "\x00", " "))
 	}
 }
