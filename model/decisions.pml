@@ -472,7 +472,7 @@ proctype Decisions() {
 		ROW_question(S_UNCERTAIN, K_OLD, Q_NONE, Q_ID);
 #endif
 #if BANK == BANK_SETTLE
-		ROW_question(S_CONFIRMED, K_NONE, Q_KEY, Q_KEY);
+		ROW_question(S_CONFIRMED, K_NONE, Q_SEARCH, Q_SEARCH);
 #endif
 #if BANK == BANK_STRIPE
 		ROW_question(S_CONFIRMED, K_NONE, Q_SEARCH, Q_ID);
@@ -517,7 +517,7 @@ proctype Decisions() {
 		ROW_question(S_CONFIRMED, K_EDGE, Q_NONE, Q_ID);
 #endif
 #if BANK == BANK_SETTLE
-		ROW_question(S_CONFIRMED, K_OLD, Q_KEY, Q_KEY);
+		ROW_question(S_CONFIRMED, K_OLD, Q_SEARCH, Q_SEARCH);
 #endif
 #if BANK == BANK_STRIPE
 		ROW_question(S_CONFIRMED, K_OLD, Q_SEARCH, Q_ID);

@@ -167,6 +167,12 @@ func (f Facts) replayable(p Policy, now time.Time) bool {
 	return !f.FirstAttemptAt.IsZero() && now.Add(p.RequestBound).Before(f.FirstAttemptAt.Add(p.KeyTTL))
 }
 
+// keyRemembered reports whether the bank still remembers the key for sure
+// now: the first attempt is known and younger than the key TTL.
+func (f Facts) keyRemembered(p Policy, now time.Time) bool {
+	return !f.FirstAttemptAt.IsZero() && now.Before(f.FirstAttemptAt.Add(p.KeyTTL))
+}
+
 // checkDelay is the delay before status check number attempts+1.
 func (p Policy) checkDelay(attempts int) time.Duration {
 	d := p.CheckInterval
@@ -339,6 +345,19 @@ const (
 // (never a new key); else a search of the bank's list; else nothing.
 func ChooseQuestion(f Facts, p Policy, now time.Time) Question {
 	c := p.Bank
+	if f.State == settlement.Confirmed && !f.keyRemembered(p, now) {
+		// The return watch outlives the key: a bank that has forgotten it
+		// answers 404 by key, and a return after that would go unseen.
+		// Ask in a way that does not need the key.
+		switch {
+		case c.LookupByReference:
+			return AskByReference
+		case c.LookupByID && f.BankPaymentID != "":
+			return AskByID
+		case c.Search:
+			return AskSearch
+		}
+	}
 	switch {
 	case c.LookupByKey:
 		return AskByKey

@@ -27,6 +27,9 @@ func TestChooseQuestion(t *testing.T) {
 	withID.BankPaymentID = "pay_1"
 	noID := facts0(settlement.Uncertain, t0)
 	neverSent := facts0(settlement.Uncertain, time.Time{})
+	confirmed := facts0(settlement.Confirmed, t0)
+	confirmedID := confirmed
+	confirmedID.BankPaymentID = "pay_1"
 	for _, tc := range []struct {
 		name string
 		caps bankclient.Capabilities
@@ -52,6 +55,15 @@ func TestChooseQuestion(t *testing.T) {
 		{"at the window's edge: no replay", capsIDCurrent, noID, t0.Add(24 * time.Hour), AskNothing},
 		{"a request could arrive after the window: no replay", capsIDCurrent, noID, t0.Add(24*time.Hour - time.Minute), AskNothing},
 		{"arrives just within the window: replay", capsIDCurrent, noID, t0.Add(24*time.Hour - 3*time.Minute), AskReplay},
+		// The return watch outlives the key: once the bank may have
+		// forgotten it, a confirmed settlement is asked about without it.
+		{"watch, key young: by key", capsByKey, confirmed, young, AskByKey},
+		{"watch, key old: search", capsByKey, confirmed, old, AskSearch},
+		{"watch, key at the TTL: search", capsByKey, confirmed, t0.Add(24 * time.Hour), AskSearch},
+		{"watch, key old, by reference", capsByRef, confirmed, old, AskByReference},
+		{"watch, key old, id known: by id", capsIDCurrent, confirmedID, old, AskByID},
+		{"watch, key old, nothing else: by key", bankclient.Capabilities{LookupByKey: true}, confirmed, old, AskByKey},
+		{"watch, key old, no id, no list: nothing", capsIDCurrent, confirmed, old, AskNothing},
 	} {
 		p := policy
 		p.Bank, p.RequestBound = tc.caps, 2*time.Minute

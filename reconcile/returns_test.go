@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/settlement"
 )
 
@@ -190,4 +192,41 @@ func TestReturnWatchEnds(t *testing.T) {
 	if out, err := b.r.Resolve(context.Background(), "ret-late", nil); err != nil || out.Action != ActionNone {
 		t.Errorf("after the watch: %+v, %v; want nothing done", out, err)
 	}
+}
+
+// TestReturnAfterTheKeyIsForgotten: the return watch outlives the bank's
+// memory of the key (a day against a week at settle's own bank): a return
+// after that is found by searching the bank's list for the reference (by
+// key the bank answered 404 and the watch saw nothing; the model of issue
+// 30 showed it).
+func TestReturnAfterTheKeyIsForgotten(t *testing.T) {
+	t.Parallel()
+	clock := settletest.NewManualClock(time.Now())
+	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: bankclient.Faults{KeyTTLMS: 1000}})
+	b.r.Now, b.r.KeyTTL, b.r.ReturnWatch = clock.Now, time.Second, time.Hour
+	ctx := context.Background()
+	insertSettlement(t, b.db, "ret-late", 2500)
+	out, err := b.r.Send(ctx, "ret-late", nil)
+	if err != nil || out.State != settlement.Confirmed {
+		t.Fatalf("send: %+v, %v; want confirmed at once", out, err)
+	}
+	payID := readRow(t, b.db, "ret-late").paymentID
+	if payID == nil {
+		t.Fatal("confirmed without a payment id")
+	}
+	clock.Advance(2 * time.Second) // the bank forgets the key
+	if _, err := b.r.Bank.StatusByKey(ctx, bankclient.KeyFor("ret-late")); !bankclient.IsNotFound(err) {
+		t.Fatalf("the bank still knows the key: %v", err)
+	}
+	if err := b.bank.Return(*payID, "AC04"); err != nil {
+		t.Fatal(err)
+	}
+	out, err = b.r.Resolve(ctx, "ret-late", nil)
+	if err != nil || out.State != settlement.Returned {
+		t.Fatalf("watch check after the key was forgotten and the payment returned: %+v, %v; want returned", out, err)
+	}
+	if got := bookedMovements(t, b, "ret-late"); got["payout"] != 1 || got["reversal"] != 1 {
+		t.Errorf("movements %v, want one payout and one reversal", got)
+	}
+	checkAgainst(t, b.db, b.r.Bank)
 }
