@@ -799,9 +799,10 @@ func (g *markupGuard) scan(chunk []byte) error {
 				g.state = inCDATA
 			case !bytes.HasPrefix([]byte("!--"), g.open) && !bytes.HasPrefix([]byte("![CDATA["), g.open):
 				g.state, g.depth = inDecl, 1
-				if c == '<' {
+				switch c {
+				case '<':
 					g.depth++
-				} else if c == '>' {
+				case '>':
 					g.depth--
 				}
 			}
