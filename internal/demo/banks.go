@@ -14,10 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/internal/workerproc"
-	"github.com/settle/settle/migrations"
 	"github.com/settle/settle/reconcile"
 )
 
@@ -45,18 +43,11 @@ func runBanks(ctx context.Context, o Options, names []string, faults bankclient.
 	say := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
 	note := func(format string, args ...any) { fmt.Fprintf(o.Err, "settle demo: "+format+"\n", args...) }
 
-	dbURL, where, err := demoDB(ctx, func(f string, a ...any) { note(f, a...) })
-	if err != nil {
-		return Report{}, err
-	}
-	pool, err := database.Connect(ctx, dbURL, database.PoolOptions{MaxConns: 4, ApplicationName: "settle-demo"})
+	dbURL, where, pool, err := openDemoDB(ctx, note)
 	if err != nil {
 		return Report{}, err
 	}
 	defer pool.Close()
-	if _, err := migrations.Migrate(ctx, pool); err != nil {
-		return Report{}, err
-	}
 
 	type oneBank struct {
 		name   string

@@ -8,8 +8,11 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/pgembed"
+	"github.com/settle/settle/migrations"
 )
 
 // DBName is the demo's own database: it never mixes with user data.
@@ -69,4 +72,20 @@ func withDB(u, db string) string {
 		}
 	}
 	return u + " dbname=" + db
+}
+
+// openDemoDB opens the demo's own fresh database (demoDB), connected and
+// migrated.
+func openDemoDB(ctx context.Context, logf func(string, ...any)) (dbURL, where string, pool *pgxpool.Pool, err error) {
+	if dbURL, where, err = demoDB(ctx, logf); err != nil {
+		return "", "", nil, err
+	}
+	if pool, err = database.Connect(ctx, dbURL, database.PoolOptions{MaxConns: 4, ApplicationName: "settle-demo"}); err != nil {
+		return "", "", nil, err
+	}
+	if _, err := migrations.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return "", "", nil, err
+	}
+	return dbURL, where, pool, nil
 }

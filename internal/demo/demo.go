@@ -35,11 +35,9 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
-	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/internal/workerproc"
-	"github.com/settle/settle/migrations"
 	"github.com/settle/settle/reconcile"
 )
 
@@ -153,18 +151,11 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	note := func(format string, args ...any) { fmt.Fprintf(o.Err, "settle demo: "+format+"\n", args...) }
 
 	// The database: fresh, of its own.
-	dbURL, where, err := demoDB(ctx, func(f string, a ...any) { note(f, a...) })
-	if err != nil {
-		return Report{}, err
-	}
-	pool, err := database.Connect(ctx, dbURL, database.PoolOptions{MaxConns: 4, ApplicationName: "settle-demo"})
+	dbURL, where, pool, err := openDemoDB(ctx, note)
 	if err != nil {
 		return Report{}, err
 	}
 	defer pool.Close()
-	if _, err := migrations.Migrate(ctx, pool); err != nil {
-		return Report{}, err
-	}
 
 	// The bank and the worker.
 	conn, err := bankclient.Lookup(o.Bank)
