@@ -226,7 +226,7 @@ func TestRelayThroughFaults(t *testing.T) {
 			t.Errorf("message %s (%s) carries %v", m.ID, m.Type, m.Data)
 		}
 	}
-	waitDelivered(t, db.Pool, n*(1+len(story)))
+	eventstest.WaitDelivered(t, db.Pool, n*(1+len(story)))
 	var failed int
 	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM event_attempts WHERE NOT ok`).Scan(&failed); err != nil {
 		t.Fatal(err)
@@ -237,26 +237,6 @@ func TestRelayThroughFaults(t *testing.T) {
 	t.Logf("%d calls, %d duplicates, %d failed attempts", rcv.Calls(), rcv.Duplicates(), failed)
 	if v, err := reconcile.EventViolations(context.Background(), db.Pool); err != nil || len(v) > 0 {
 		t.Fatalf("event invariants: %v %v", v, err)
-	}
-}
-
-// waitDelivered waits until want deliveries are recorded delivered (the
-// receiver may have the last before its delivery commits).
-func waitDelivered(t *testing.T, pool *pgxpool.Pool, want int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var delivered, other int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered') FROM event_deliveries`).Scan(&delivered, &other); err != nil {
-			t.Fatal(err)
-		}
-		if delivered == want && other == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries delivered, %d not, want %d delivered", delivered, other, want)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the database: the commit has no signal
 	}
 }
 

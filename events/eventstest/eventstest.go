@@ -7,6 +7,7 @@
 package eventstest
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -19,7 +20,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Verify checks a Standard Webhooks request as a receiver does: the
@@ -264,4 +268,25 @@ func (r *Receiver) Sequences() map[string][]string {
 		out[k] = append([]string(nil), v...)
 	}
 	return out
+}
+
+// WaitDelivered waits until want deliveries are recorded delivered and
+// none is in another state (a receiver may have the last event before its
+// delivery commits).
+func WaitDelivered(t testing.TB, pool *pgxpool.Pool, want int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var delivered, other int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered') FROM event_deliveries`).Scan(&delivered, &other); err != nil {
+			t.Fatal(err)
+		}
+		if delivered == want && other == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries delivered, %d not, want %d delivered", delivered, other, want)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the database: the commit has no signal
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/settle/settle/events"
+	"github.com/settle/settle/events/eventstest"
 	"github.com/settle/settle/events/natssink"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/natstest"
@@ -135,25 +136,6 @@ func checkStream(t *testing.T, msgs []message, ids []string) {
 	}
 }
 
-// waitDelivered waits until every delivery is recorded delivered.
-func waitDelivered(t *testing.T, pool *pgxpool.Pool, want int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var delivered, other int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered') FROM event_deliveries`).Scan(&delivered, &other); err != nil {
-			t.Fatal(err)
-		}
-		if delivered == want && other == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries delivered, %d not, want %d delivered", delivered, other, want)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the database: the commit has no signal
-	}
-}
-
 // TestRelayToJetStream: two relays (two worker processes) publish the
 // events of settlements walking pending → sent → uncertain → confirmed →
 // returned, written while they run, to a real JetStream. The stream holds
@@ -196,7 +178,7 @@ func TestRelayToJetStream(t *testing.T) {
 	}
 	walks.Wait()
 	all := len(ids) * (1 + len(story))
-	waitDelivered(t, db.Pool, all)
+	eventstest.WaitDelivered(t, db.Pool, all)
 	js, _ := natstest.JetStream(t, srv.URL)
 	checkStream(t, readStream(t, js), ids)
 
@@ -208,7 +190,7 @@ func TestRelayToJetStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitDelivered(t, db.Pool, all)
+	eventstest.WaitDelivered(t, db.Pool, all)
 	checkStream(t, readStream(t, js), ids)
 	var dups int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM event_deliveries WHERE last_body LIKE '%duplicate%' AND attempts = 2`).Scan(&dups); err != nil || dups != all {
