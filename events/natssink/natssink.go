@@ -90,14 +90,9 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	if cfg.Name == "" {
 		cfg.Name = "settle-events"
 	}
-	nc, err := natssrc.Connect(cfg.URL, cfg.Name)
+	nc, js, err := natssrc.ConnectJetStream(cfg.URL, cfg.Name)
 	if err != nil {
 		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("error opening JetStream: %w", err)
 	}
 	if err := ensureStream(ctx, js, cfg.Stream); err != nil {
 		nc.Close()

@@ -57,15 +57,11 @@ func natsWorkerArgs(url string) (args, env []string) {
 
 // resetDemoStream deletes the demo's stream of an earlier run, if any.
 func resetDemoStream(ctx context.Context, url string) error {
-	nc, err := natssrc.Connect(url, "settle-demo")
+	nc, js, err := natssrc.ConnectJetStream(url, "settle-demo")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("error opening JetStream: %w", err)
-	}
 	if err := js.DeleteStream(ctx, demoStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("error removing the demo stream of an earlier run: %w", err)
 	}
@@ -159,15 +155,11 @@ func (o Options) viaNATS(ctx context.Context, rep *Report, stream Stream, pool *
 // drainQueue waits until the demo's consumer has nothing pending and
 // nothing awaiting acknowledgement, and reads what JetStream counted.
 func (o Options) drainQueue(ctx context.Context, rep *Report) error {
-	nc, err := natssrc.Connect(o.NATSURL, "settle-demo")
+	nc, js, err := natssrc.ConnectJetStream(o.NATSURL, "settle-demo")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("error opening JetStream: %w", err)
-	}
 	return o.poll(ctx, "the queue to drain", func() (bool, string, error) {
 		c, err := js.Consumer(ctx, demoStream, demoConsumer)
 		if err != nil {

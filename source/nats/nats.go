@@ -99,6 +99,21 @@ func Connect(url, name string) (*natsgo.Conn, error) {
 	return nc, nil
 }
 
+// ConnectJetStream is Connect and a JetStream context on the connection;
+// the caller closes the connection.
+func ConnectJetStream(url, name string) (*natsgo.Conn, jetstream.JetStream, error) {
+	nc, err := Connect(url, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("error opening JetStream: %w", err)
+	}
+	return nc, js, nil
+}
+
 // EnsureStream returns the stream named stream on subject, creating it if
 // absent: file storage, work-queue retention (a message is removed once
 // acknowledged), no age limit.

@@ -25,14 +25,9 @@ func NewPublisher(ctx context.Context, url, stream, subject string) (*Publisher,
 	if subject == "" {
 		subject = DefaultSubject
 	}
-	nc, err := Connect(url, "settle-submit")
+	nc, js, err := ConnectJetStream(url, "settle-submit")
 	if err != nil {
 		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("error opening JetStream: %w", err)
 	}
 	if _, err := EnsureStream(ctx, js, stream, subject); err != nil {
 		nc.Close()
