@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/source"
 	natssrc "github.com/settle/settle/source/nats"
+	sqssrc "github.com/settle/settle/source/sqs"
 )
 
 // specList is a repeatable flag of source SPECs (--source). A value may
@@ -44,17 +47,34 @@ func checkSpec(spec string) error {
 	switch {
 	case spec == natssrc.Kind:
 		return nil
-	case strings.HasPrefix(spec, "kafka://"), strings.HasPrefix(spec, "sqs:"):
-		return fmt.Errorf("source %q: this build consumes only nats so far", spec)
+	case strings.HasPrefix(spec, sqsPrefix):
+		return checkSQSSpec(spec)
+	case strings.HasPrefix(spec, "kafka://"):
+		return fmt.Errorf("source %q: this build consumes only nats and sqs so far", spec)
 	default:
-		return fmt.Errorf("unknown source %q (want nats)", spec)
+		return fmt.Errorf("unknown source %q (want nats or sqs:QUEUE_URL)", spec)
 	}
+}
+
+// sqsPrefix starts the SPEC of an SQS queue: sqs:QUEUE_URL.
+const sqsPrefix = "sqs:"
+
+// checkSQSSpec refuses an sqs: SPEC whose queue URL is not an http(s) URL
+// with a host and a path.
+func checkSQSSpec(spec string) error {
+	u, err := url.Parse(strings.TrimPrefix(spec, sqsPrefix))
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || len(u.Path) < 2 {
+		return fmt.Errorf("source %q: want sqs:QUEUE_URL, as https://sqs.REGION.amazonaws.com/ACCOUNT/NAME", spec)
+	}
+	return nil
 }
 
 // natsNames are the stream, subject and consumer flags.
 type natsNames struct {
 	stream, subject, consumer string
 	lease                     time.Duration
+	// logger receives what an adapter logs by itself (nil: nothing).
+	logger *slog.Logger
 }
 
 func (n *natsNames) register(fs *flag.FlagSet, consumer bool) {
@@ -62,7 +82,7 @@ func (n *natsNames) register(fs *flag.FlagSet, consumer bool) {
 	fs.StringVar(&n.subject, "source-subject", natssrc.DefaultSubject, "the subject of that stream")
 	if consumer {
 		fs.StringVar(&n.consumer, "source-consumer", natssrc.DefaultConsumer, "the durable pull consumer of --source nats, shared by every worker")
-		fs.DurationVar(&n.lease, "source-lease", natssrc.DefaultAckWait, "how long a delivered message stays leased to a worker without news (JetStream AckWait); a batch in work is kept alive every third of it")
+		fs.DurationVar(&n.lease, "source-lease", natssrc.DefaultAckWait, "how long a delivered message stays leased to a worker without news (JetStream AckWait, the SQS visibility timeout of a receive); a batch in work is kept alive every third of it")
 	}
 }
 
@@ -125,6 +145,18 @@ func openSources(ctx context.Context, s Stdio, specs []string, names natsNames, 
 		}
 	}
 	for _, spec := range specs {
+		if strings.HasPrefix(spec, sqsPrefix) {
+			src, err := sqssrc.Open(ctx, sqssrc.Config{QueueURL: strings.TrimPrefix(spec, sqsPrefix), Visibility: names.lease, Logger: names.logger})
+			if err != nil {
+				for _, o := range out {
+					_ = o.Close()
+				}
+				done()
+				return nil, nil, err
+			}
+			out = append(out, src)
+			continue
+		}
 		if spec != natssrc.Kind {
 			done()
 			return nil, nil, checkSpec(spec)
@@ -201,16 +233,11 @@ type publishOptions struct {
 func publishLines(ctx context.Context, s Stdio, in io.Reader, o publishOptions) (publishSummary, error) {
 	start := time.Now()
 	var sum publishSummary
-	url, done, err := resolveNATS(ctx, s, shareCluster)
+	pub, done, err := openPublisher(ctx, s, o)
 	if err != nil {
 		return sum, err
 	}
 	defer done()
-	pub, err := natssrc.NewPublisher(ctx, url, o.names.stream, o.names.subject)
-	if err != nil {
-		return sum, err
-	}
-	defer pub.Close()
 
 	type line struct {
 		n    int
@@ -288,10 +315,62 @@ func messageID(line []byte, mode string) string {
 	return uuid.NewString()
 }
 
+// publisher is the producer's side of a source: Publish sends one message
+// under the message id id and says whether the broker dropped it as a
+// duplicate.
+type publisher interface {
+	Publish(ctx context.Context, data []byte, id string) (published, error)
+}
+
+// published is a broker's answer to one publish.
+type published struct {
+	// Duplicate is true when the broker dropped the message as a
+	// duplicate of an earlier one with the same message id.
+	Duplicate bool
+}
+
+// natsPublisher publishes to JetStream.
+type natsPublisher struct{ *natssrc.Publisher }
+
+func (p natsPublisher) Publish(ctx context.Context, data []byte, id string) (published, error) {
+	res, err := p.Publisher.Publish(ctx, data, id)
+	return published{Duplicate: res.Duplicate}, err
+}
+
+// sqsPublisher sends to an SQS queue, which has no message id of the
+// producer's but the deduplication id of a FIFO queue.
+type sqsPublisher struct{ *sqssrc.Publisher }
+
+func (p sqsPublisher) Publish(ctx context.Context, data []byte, id string) (published, error) {
+	_, err := p.Publisher.Publish(ctx, data, id)
+	return published{}, err
+}
+
+// openPublisher opens the publisher of o.spec; done ends its use.
+func openPublisher(ctx context.Context, s Stdio, o publishOptions) (publisher, func(), error) {
+	if strings.HasPrefix(o.spec, sqsPrefix) {
+		pub, err := sqssrc.NewPublisher(ctx, strings.TrimPrefix(o.spec, sqsPrefix), nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return sqsPublisher{pub}, func() {}, nil
+	}
+	url, done, err := resolveNATS(ctx, s, shareCluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, err := natssrc.NewPublisher(ctx, url, o.names.stream, o.names.subject)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return natsPublisher{pub}, func() { pub.Close(); done() }, nil
+}
+
 // publishRetrying publishes one message, retrying with growing waits for
 // retryFor. Retries keep the message id, so JetStream stores the message
 // once even when an acknowledgement was lost.
-func publishRetrying(ctx context.Context, pub *natssrc.Publisher, data []byte, id string, retryFor time.Duration) (natssrc.Published, error) {
+func publishRetrying(ctx context.Context, pub publisher, data []byte, id string, retryFor time.Duration) (published, error) {
 	deadline := time.Now().Add(retryFor)
 	wait := 100 * time.Millisecond
 	for {

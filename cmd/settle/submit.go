@@ -12,6 +12,7 @@ import (
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/internal/worker"
+	natssrc "github.com/settle/settle/source/nats"
 )
 
 const submitDescription = `
@@ -46,6 +47,11 @@ by default) whatever its payload, so a conflicting payload never reaches
 settle to be recorded. Lines are not validated here: invalid ones are kept by
 the worker in intake_rejects (settle reconcile rejects).
 
+With --source sqs:QUEUE_URL each line is sent to that Amazon SQS queue (the
+standard AWS credential chain and region, AWS_ENDPOINT_URL_SQS), counted once
+SQS accepted it; SQS names each message itself, so --msg-id only sets the
+deduplication id on a FIFO queue (a URL ending in .fifo).
+
 --api-token can also be set through SETTLE_API_TOKEN, --api-token-file through
 SETTLE_API_TOKEN_FILE. The token is never sent over plain http to a host that
 is not this machine unless --insecure-http.`
@@ -61,7 +67,7 @@ func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	batch := fs.Int("batch", 0, "post up to this many events per request to /v1/settlements/batch (at most 1000; 0: one event per request); every line still gets its own outcome")
 	retryFor := fs.Duration("retry-for", 2*time.Minute, "how long to keep retrying one event that gets no definitive answer")
 	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout")
-	spec := fs.String("source", "", "publish to this event source instead of the API: nats")
+	spec := fs.String("source", "", "publish to this event source instead of the API: nats, or sqs:QUEUE_URL")
 	msgID := fs.String("msg-id", "fresh", "the broker message id of each publish: fresh (a new one each), or event (the event's settlement_id)")
 	var names natsNames
 	names.register(fs, false)
@@ -187,8 +193,12 @@ func submitToSource(ctx context.Context, s Stdio, fs *flag.FlagSet, o publishOpt
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(sum)
 	} else {
-		fmt.Fprintf(s.Out, "settle submit: %d lines: %d published to %s, %d dropped by JetStream as duplicates, %d invalid, %d errors (%.1fs)\n",
-			sum.Lines, sum.Published, o.spec, sum.Duplicates, sum.Invalid, sum.Errors, sum.Seconds)
+		dups := fmt.Sprintf(", %d dropped by JetStream as duplicates", sum.Duplicates)
+		if o.spec != natssrc.Kind {
+			dups = ""
+		}
+		fmt.Fprintf(s.Out, "settle submit: %d lines: %d published to %s%s, %d invalid, %d errors (%.1fs)\n",
+			sum.Lines, sum.Published, o.spec, dups, sum.Invalid, sum.Errors, sum.Seconds)
 	}
 	switch {
 	case err != nil:

@@ -58,6 +58,11 @@ first use and shared like the embedded database. Each message holds one event
 transaction and acknowledged only after it commits. Events that can never be
 accepted are kept in intake_rejects (settle reconcile rejects) and then
 acknowledged; while the database is down nothing is acknowledged or rejected.
+With --source sqs:QUEUE_URL it consumes an Amazon SQS queue the same way
+(the standard AWS credential chain and region, AWS_ENDPOINT_URL_SQS): long
+polling, the visibility timeout (--source-lease) extended while a batch is in
+work, a message deleted only after its outcome committed; a dead-letter queue
+and its redrive are left to the queue's own configuration.
 
 With --events-url, every transition, flag and receipt conflict is POSTed to
 each URL as a signed Standard Webhooks event, at least once and in each
@@ -133,7 +138,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.FetchCooldown, "fetch-cooldown", c.FetchCooldown, "least time between two fetches of one queue while jobs flow (a queue works at most --bank-concurrency jobs per cooldown; at most --fetch-poll-interval)")
 	var sources specList
 	var names natsNames
-	fs.Var(&sources, "source", "consume events from this source too (repeatable): nats")
+	fs.Var(&sources, "source", "consume events from this source too (repeatable): nats, or sqs:QUEUE_URL")
 	names.register(fs, true)
 	fs.IntVar(&c.SourceMaxFailures, "source-max-failures", c.SourceMaxFailures, "unexpected failures after which a message is rejected as poison (kept in intake_rejects)")
 	fs.IntVar(&c.SourceBatch, "source-batch", c.SourceBatch, "messages one fetch of a source asks for (one transaction each)")
@@ -229,6 +234,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	}
 	c.Pool = pool
 	if len(sources) > 0 {
+		names.logger = logger
 		srcs, natsDone, err := openSources(ctx, s, sources, names, "settle-worker")
 		if err != nil {
 			return fail(err)
