@@ -385,18 +385,37 @@ func (h *held) Ping(ctx context.Context) error {
 	return h.Intake.Ping(ctx)
 }
 
-// lostAcks is a source whose first acknowledgements never reach the
-// broker.
+// lostAcks is a source whose acknowledgements never reach the broker
+// until one holding a valid event was lost.
 type lostAcks struct {
 	source.Source
-	lose atomic.Int64
+	mu     sync.Mutex
+	events int // valid events among the messages whose ack was lost
 }
 
 func (s *lostAcks) Ack(ctx context.Context, msgs []source.Message) error {
-	if s.lose.Add(-1) >= 0 {
+	s.mu.Lock()
+	lose := s.events == 0
+	if lose {
+		for _, m := range msgs {
+			if _, err := intake.DecodeEvent(m.Data); err == nil {
+				s.events++
+			}
+		}
+	}
+	s.mu.Unlock()
+	if lose {
 		return nil
 	}
 	return s.Source.Ack(ctx, msgs)
+}
+
+// lostEvents counts the valid events among the messages whose ack was
+// lost.
+func (s *lostAcks) lostEvents() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.events
 }
 
 // tooOld is an event older than the replay horizon.
