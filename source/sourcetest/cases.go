@@ -60,6 +60,14 @@ func publishSettleOnce(b *bundle) {
 		"not utf-8":        []byte("{\"settlement_id\":\"\xff\"}"),
 		"empty":            {},
 	}
+	if c, ok := b.broker.(Carrier); ok {
+		for name, body := range invalid {
+			if !c.Carries(body) {
+				t.Logf("%s: left out, the broker refuses such a body at the producer", name)
+				delete(invalid, name)
+			}
+		}
+	}
 	tids := map[string]string{}
 	for name, body := range invalid {
 		tids[name] = b.broker.Publish(t, body)

@@ -58,6 +58,15 @@ type Broker interface {
 	Restart(t *testing.T) error
 }
 
+// Carrier is a Broker that cannot carry every body: SQS takes neither an
+// empty body nor bytes that are not XML characters (so no invalid UTF-8),
+// and refuses them at the producer, before settle could see them. A case
+// leaves out of its invalid messages each body Carries refuses, and says
+// so.
+type Carrier interface {
+	Carries(data []byte) bool
+}
+
 // Options configure a consumer opened by Broker.Open.
 type Options struct {
 	// Name names the consumer (a connection or client name).

@@ -121,19 +121,30 @@ func (h *harness) run(within time.Duration, loops ...*source.Loop) {
 	wg.Wait()
 }
 
-// depth returns the queue's visible and in-flight (received, not deleted)
-// messages.
+// depth returns the queue's visible (or delayed) and in-flight (received,
+// not deleted) messages.
 func (h *harness) depth() (visible, inFlight int) {
 	h.t.Helper()
-	out, err := h.api.GetQueueAttributes(ctxT(h.t, time.Minute), &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(h.queue),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+	v, f, err := depth(h.api, h.queue)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	return v, f
+}
+
+// depth reads the queue's visible (or delayed) and in-flight messages.
+func depth(api *awssqs.Client, queue string) (visible, inFlight int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(queue),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+	if err != nil {
+		return 0, 0, err
 	}
 	v, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
 	d, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesDelayed)])
 	f, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
-	return v + d, f
+	return v + d, f, nil
 }
 
 // waitDrained waits until the queue holds nothing, visible or in flight:

@@ -117,6 +117,18 @@ type Source struct {
 	// deleteFailures counts the committed messages whose delete finally
 	// failed: each comes back once more, as a replay.
 	deleteFailures atomic.Int64
+	closed         atomic.Bool
+}
+
+// errClosed is the error of every call after Close.
+var errClosed = errors.New("the sqs source is closed")
+
+// client returns the SQS client, or errClosed after Close.
+func (s *Source) client() (API, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	return s.api, nil
 }
 
 var _ source.Source = (*Source)(nil)
@@ -194,7 +206,11 @@ func seconds(d time.Duration, lo, hi int32) int32 {
 
 // receive is one ReceiveMessage of up to n messages, waiting wait.
 func (s *Source) receive(ctx context.Context, n int, wait int32) ([]source.Message, error) {
-	out, err := s.api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+	api, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	out, err := api.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(s.cfg.QueueURL),
 		MaxNumberOfMessages:         int32(min(n, MaxReceive)),
 		WaitTimeSeconds:             wait,
@@ -290,7 +306,11 @@ func (s *Source) setVisibility(ctx context.Context, msgs []source.Message, d tim
 			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
 				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h), VisibilityTimeout: vis})
 		}
-		out, err := s.api.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(s.cfg.QueueURL), Entries: entries})
+		api, err := s.client()
+		if err != nil {
+			return err
+		}
+		out, err := api.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(s.cfg.QueueURL), Entries: entries})
 		if err != nil {
 			return fmt.Errorf("error changing the visibility of %d messages: %w", len(entries), err)
 		}
@@ -369,7 +389,11 @@ func (s *Source) deleteChunk(ctx context.Context, part []source.Message) (int, e
 		for id, h := range pending {
 			entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(id), ReceiptHandle: aws.String(h)})
 		}
-		out, err := s.api.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(s.cfg.QueueURL), Entries: entries})
+		api, err := s.client()
+		if err != nil {
+			return gaveUp + len(pending), err
+		}
+		out, err := api.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(s.cfg.QueueURL), Entries: entries})
 		if err != nil {
 			last = fmt.Errorf("error deleting %d messages: %w", len(entries), err)
 			continue
@@ -398,7 +422,11 @@ func (s *Source) deleteChunk(ctx context.Context, part []source.Message) (int, e
 
 // attributes reads queue attributes.
 func (s *Source) attributes(ctx context.Context, names ...types.QueueAttributeName) (map[string]string, error) {
-	out, err := s.api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(s.cfg.QueueURL), AttributeNames: names})
+	api, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	out, err := api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(s.cfg.QueueURL), AttributeNames: names})
 	if err != nil {
 		return nil, fmt.Errorf("error reading the attributes of %s: %w", s.cfg.QueueURL, err)
 	}
@@ -433,5 +461,9 @@ func (s *Source) Retention(ctx context.Context) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
-// Close does nothing: the client holds no connection of its own to close.
-func (s *Source) Close() error { return nil }
+// Close ends the adapter's use of the queue: every later call fails, and
+// the messages it holds come back when their visibility timeout ends.
+func (s *Source) Close() error {
+	s.closed.Store(true)
+	return nil
+}
