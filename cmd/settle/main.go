@@ -43,6 +43,7 @@ func commands() []command {
 		{"demo", "the whole system in one command: faulty bank, worker, events, report", cmdDemo},
 		{"reconcile", "what is stuck, one settlement's story, conflicts, resolve, ledger vs bank", cmdReconcile},
 		{"events", "outcome events: list them and their deliveries, redeliver", cmdEvents},
+		{"lambda", "the intake as an AWS Lambda handler for SQS-triggered functions (batchItemFailures)", cmdLambda},
 		{"bench", "throughput, replay latency and memory, each against a baseline from the same run", cmdBench},
 		{"statement", "parse bank statement files (camt.053/054, BAI2, MT940)", cmdStatement},
 	}
@@ -63,6 +64,11 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, s Stdio) int {
+	if len(args) == 0 && os.Getenv("AWS_LAMBDA_RUNTIME_API") != "" {
+		// The binary is a Lambda function's bootstrap, run with no
+		// arguments.
+		return cmdLambda(ctx, nil, s)
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(s.Out)
 		return exitOK
@@ -108,7 +114,8 @@ func newFlagSet(name, usageLine, description string, s Stdio) *flag.FlagSet {
 
 // sharedEnvFlags are the flags that mean the same thing in every command,
 // so they fall back to SETTLE_<FLAG> everywhere. Every other flag reads the
-// environment only in `settle worker` (the contract): SETTLE_LISTEN or
+// environment only in `settle worker` (the contract) and `settle lambda`
+// (configured by its function's environment): SETTLE_LISTEN or
 // SETTLE_STATE meant for one command must not change another.
 var sharedEnvFlags = map[string]bool{"api-token": true, "api-token-file": true, "bank": true, "bank-url": true, "bank-insecure-http": true, "log-format": true}
 
@@ -128,7 +135,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		readsEnv := fs.Name() == "settle worker" || sharedEnvFlags[f.Name]
+		readsEnv := fs.Name() == "settle worker" || fs.Name() == "settle lambda" || sharedEnvFlags[f.Name]
 		if set[f.Name] || envErr != nil || !readsEnv {
 			return
 		}
