@@ -21,6 +21,7 @@ import (
 	"github.com/settle/settle/internal/pgembed"
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/source"
+	kafkasrc "github.com/settle/settle/source/kafka"
 	natssrc "github.com/settle/settle/source/nats"
 	sqssrc "github.com/settle/settle/source/sqs"
 )
@@ -49,10 +50,11 @@ func checkSpec(spec string) error {
 		return nil
 	case strings.HasPrefix(spec, sqsPrefix):
 		return checkSQSSpec(spec)
-	case strings.HasPrefix(spec, "kafka://"):
-		return fmt.Errorf("source %q: this build consumes only nats and sqs so far", spec)
+	case strings.HasPrefix(spec, kafkaPrefix):
+		_, err := kafkasrc.ParseSpec(spec)
+		return err
 	default:
-		return fmt.Errorf("unknown source %q (want nats or sqs:QUEUE_URL)", spec)
+		return fmt.Errorf("unknown source %q (want nats, sqs:QUEUE_URL or kafka://HOST:PORT/TOPIC)", spec)
 	}
 }
 
@@ -82,7 +84,7 @@ func (n *natsNames) register(fs *flag.FlagSet, consumer bool) {
 	fs.StringVar(&n.subject, "source-subject", natssrc.DefaultSubject, "the subject of that stream")
 	if consumer {
 		fs.StringVar(&n.consumer, "source-consumer", natssrc.DefaultConsumer, "the durable pull consumer of --source nats, shared by every worker")
-		fs.DurationVar(&n.lease, "source-lease", natssrc.DefaultAckWait, "how long a delivered message stays leased to a worker without news (JetStream AckWait, the SQS visibility timeout of a receive); a batch in work is kept alive every third of it")
+		fs.DurationVar(&n.lease, "source-lease", natssrc.DefaultAckWait, "how long a delivered message stays leased to a worker without news (JetStream AckWait, the SQS visibility timeout of a receive, a Kafka member's session timeout); a batch in work is kept alive every third of it")
 	}
 }
 
@@ -145,8 +147,14 @@ func openSources(ctx context.Context, s Stdio, specs []string, names natsNames, 
 		}
 	}
 	for _, spec := range specs {
-		if strings.HasPrefix(spec, sqsPrefix) {
-			src, err := sqssrc.Open(ctx, sqssrc.Config{QueueURL: strings.TrimPrefix(spec, sqsPrefix), Visibility: names.lease, Logger: names.logger})
+		if strings.HasPrefix(spec, sqsPrefix) || strings.HasPrefix(spec, kafkaPrefix) {
+			var src source.Source
+			var err error
+			if strings.HasPrefix(spec, sqsPrefix) {
+				src, err = sqssrc.Open(ctx, sqssrc.Config{QueueURL: strings.TrimPrefix(spec, sqsPrefix), Visibility: names.lease, Logger: names.logger})
+			} else {
+				src, err = openKafkaSource(ctx, spec, names.lease, name)
+			}
 			if err != nil {
 				for _, o := range out {
 					_ = o.Close()
@@ -354,6 +362,9 @@ func openPublisher(ctx context.Context, s Stdio, o publishOptions) (publisher, f
 			return nil, nil, err
 		}
 		return sqsPublisher{pub}, func() {}, nil
+	}
+	if strings.HasPrefix(o.spec, kafkaPrefix) {
+		return openKafkaPublisher(ctx, o.spec)
 	}
 	url, done, err := resolveNATS(ctx, s, shareCluster)
 	if err != nil {

@@ -26,7 +26,8 @@ func TestSourceSpecs(t *testing.T) {
 		"sqs:payouts":               false,
 		"sqs:ftp://host/1/payouts":  false,
 		"sqs:https://host":          false,
-		"kafka://broker:9092/topic": false,
+		"kafka://broker:9092/topic": true,
+		"kafka://broker/topic":      false,
 		"rabbit":                    false,
 	} {
 		if err := checkSpec(spec); (err == nil) != ok {

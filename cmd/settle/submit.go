@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/settle/settle/internal/cli"
@@ -52,6 +54,12 @@ standard AWS credential chain and region, AWS_ENDPOINT_URL_SQS), counted once
 SQS accepted it; SQS names each message itself, so --msg-id only sets the
 deduplication id on a FIFO queue (a URL ending in .fifo).
 
+With --source kafka://HOST:PORT[,HOST:PORT…]/TOPIC each line is produced to
+that topic, which must exist (settle creates no topic), keyed by its
+settlement_id so that every delivery of one settlement lands in one partition
+in order; the producer is idempotent and a line counts once every in-sync
+replica has it. Kafka has no message id: --msg-id event is refused.
+
 --api-token can also be set through SETTLE_API_TOKEN, --api-token-file through
 SETTLE_API_TOKEN_FILE. The token is never sent over plain http to a host that
 is not this machine unless --insecure-http.`
@@ -67,7 +75,7 @@ func cmdSubmit(ctx context.Context, args []string, s Stdio) int {
 	batch := fs.Int("batch", 0, "post up to this many events per request to /v1/settlements/batch (at most 1000; 0: one event per request); every line still gets its own outcome")
 	retryFor := fs.Duration("retry-for", 2*time.Minute, "how long to keep retrying one event that gets no definitive answer")
 	asJSON := fs.Bool("json", false, "print the summary as JSON on stdout")
-	spec := fs.String("source", "", "publish to this event source instead of the API: nats, or sqs:QUEUE_URL")
+	spec := fs.String("source", "", "publish to this event source instead of the API: nats, sqs:QUEUE_URL or kafka://HOST:PORT/TOPIC")
 	msgID := fs.String("msg-id", "fresh", "the broker message id of each publish: fresh (a new one each), or event (the event's settlement_id)")
 	var names natsNames
 	names.register(fs, false)
@@ -170,7 +178,11 @@ func printProblems(w io.Writer, sum submit.Summary) {
 
 // submitToSource runs `settle submit --source SPEC`.
 func submitToSource(ctx context.Context, s Stdio, fs *flag.FlagSet, o publishOptions, asJSON bool) int {
-	if err := checkSpec(o.spec); err != nil || fs.NArg() > 1 || o.concurrency < 1 || (o.msgID != "fresh" && o.msgID != "event") {
+	err := checkSpec(o.spec)
+	if err == nil && o.msgID == "event" && strings.HasPrefix(o.spec, kafkaPrefix) {
+		err = errors.New("--msg-id event: Kafka has no message id (each record is keyed by its settlement_id)")
+	}
+	if err != nil || fs.NArg() > 1 || o.concurrency < 1 || (o.msgID != "fresh" && o.msgID != "event") {
 		if err != nil {
 			fmt.Fprintf(s.Err, "settle submit: %v\n", err)
 		}

@@ -62,7 +62,12 @@ With --source sqs:QUEUE_URL it consumes an Amazon SQS queue the same way
 (the standard AWS credential chain and region, AWS_ENDPOINT_URL_SQS): long
 polling, the visibility timeout (--source-lease) extended while a batch is in
 work, a message deleted only after its outcome committed; a dead-letter queue
-and its redrive are left to the queue's own configuration.
+and its redrive are left to the queue's own configuration. With --source
+kafka://HOST:PORT[,HOST:PORT…]/TOPIC[?group=G] it joins the consumer group G
+(default settle-intake) on that topic, which must exist: a partition's offset
+is committed only up to the last record whose outcome committed, never by
+auto-commit; a rebalance waits for the batch in work; --source-lease is the
+member's session timeout and how long a rebalance waits for it.
 
 With --events-url, every transition, flag and receipt conflict is POSTed to
 each URL as a signed Standard Webhooks event, at least once and in each
@@ -138,7 +143,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.FetchCooldown, "fetch-cooldown", c.FetchCooldown, "least time between two fetches of one queue while jobs flow (a queue works at most --bank-concurrency jobs per cooldown; at most --fetch-poll-interval)")
 	var sources specList
 	var names natsNames
-	fs.Var(&sources, "source", "consume events from this source too (repeatable): nats, or sqs:QUEUE_URL")
+	fs.Var(&sources, "source", "consume events from this source too (repeatable): nats, sqs:QUEUE_URL or kafka://HOST:PORT[,HOST:PORT…]/TOPIC[?group=G]")
 	names.register(fs, true)
 	fs.IntVar(&c.SourceMaxFailures, "source-max-failures", c.SourceMaxFailures, "unexpected failures after which a message is rejected as poison (kept in intake_rejects)")
 	fs.IntVar(&c.SourceBatch, "source-batch", c.SourceBatch, "messages one fetch of a source asks for (one transaction each)")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/kafkatest"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/source"
@@ -64,7 +65,7 @@ func TestNoTopicCreated(t *testing.T) {
 	if _, err := kafkasrc.NewPublisher(ctx, []string{c.Addr()}, "missing", "test"); !errors.Is(err, kafkasrc.ErrNoTopic) {
 		t.Errorf("NewPublisher on a missing topic: %v, want ErrNoTopic", err)
 	}
-	_, adm := c.admin(t)
+	_, adm := c.Client(t)
 	topics, err := adm.ListTopics(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func TestRetention(t *testing.T) {
 	c := startCluster(t)
 	src := openSource(t, c, kafkasrc.Config{})
 	got, err := src.Retention(context.Background())
-	if err != nil || got != 7*24*time.Hour {
+	if err != nil || got != kafkatest.Retention {
 		t.Errorf("Retention = %v, %v; want 168h", got, err)
 	}
 }
@@ -172,8 +173,8 @@ func TestRebalanceMidBatch(t *testing.T) {
 	go func() { defer close(bdone); _ = lb.Run(bctx) }()
 	<-blocked
 	close(first.release)
-	_, adm := c.admin(t)
-	waitFor(t, "the group drained", func() bool { ok, _ := c.drained(adm, kafkasrc.DefaultGroup); return ok })
+	_, adm := c.Client(t)
+	waitFor(t, "the group drained", func() bool { ok, _ := kafkatest.Drained(adm, kafkasrc.DefaultGroup, topic); return ok })
 	astop()
 	bstop()
 	<-adone
