@@ -158,11 +158,12 @@ func TestEventsSinksForgetSink(t *testing.T) {
 	}
 }
 
-// TestWorkerEventsPublishFlag: --events-publish takes nats and refuses
-// Kafka (issue 26) and anything else before any work.
+// TestWorkerEventsPublishFlag: --events-publish takes nats and
+// kafka://HOST:PORT/TOPIC, and refuses a bad Kafka SPEC and anything else
+// before any work.
 func TestWorkerEventsPublishFlag(t *testing.T) {
 	t.Parallel()
-	for spec, want := range map[string]string{"kafka://broker:9092/settle": "issue 26", "sqs": "unknown broker"} {
+	for spec, want := range map[string]string{"kafka://broker/settle": "not HOST:PORT", "kafka://broker:9092/settle?group=g": "no parameters", "sqs": "unknown broker"} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), []string{"worker", "--events-publish", spec}, Stdio{Out: &out, Err: &errOut}); code != exitError || !strings.Contains(errOut.String(), want) {
 			t.Errorf("--events-publish %s: exit %d, %s; want %d naming %q", spec, code, errOut.String(), exitError, want)

@@ -75,8 +75,12 @@ settlement's order (DESIGN.md section 19; settle events list). With
 --events-publish nats each is also published to JetStream, on
 settle.events.<type> of the stream --events-stream, the event id as message
 id (the stream drops a repeat), and counts only once the stream acknowledged
-it (--events-nats-url, else NATS_URL, else the embedded server). Kafka
-publishing is not in this build yet (issue 26).
+it (--events-nats-url, else NATS_URL, else the embedded server). With
+--events-publish kafka://HOST:PORT[,HOST:PORT…]/TOPIC each is produced to
+that existing topic, keyed by settlement id (one settlement's events share a
+partition, in order), by an idempotent producer, and counts once the broker
+acknowledged it; Kafka has no message id, so a consumer deduplicates by the
+Settle-Event-Id header (a repeat after a crash is a second record).
 
 Every flag can also be set through SETTLE_<FLAG> (for example SETTLE_API_TOKEN).
 Every secret of the environment (SETTLE_API_TOKEN, SETTLE_BANK_TOKEN,
