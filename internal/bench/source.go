@@ -96,7 +96,9 @@ func measureSource(ctx context.Context, cfg Config, dbURL string, r *Result) err
 	r.SourceNATSPerS = float64(n) / el.Seconds()
 	r.SourceBatchSize = SourceBatchSize
 	cfg.Logf("source_nats_per_s %.1f (%d events drained from JetStream in batches of %d)", r.SourceNATSPerS, n, SourceBatchSize)
-	return nil
+	stop()
+	wg.Wait()
+	return measureKafka(ctx, cfg, dbURL, n, r)
 }
 
 // publishEvents publishes n events to the default stream at url (created
