@@ -12,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/settle/settle/ledger"
 	"github.com/settle/settle/settlement"
 )
 
@@ -192,6 +193,9 @@ func (ev *Event) set(key string, val json.Token) error {
 		s, err := stringField(key, val, 1, MaxAccountIDLen)
 		if err != nil {
 			return err
+		}
+		if ledger.CheckAccountID(s) != nil {
+			return invalid(key, "must not start with "+ledger.SystemPrefix+" (the ledger's own accounts)")
 		}
 		ev.AccountID = s
 	case fieldBeneficiary:

@@ -22,6 +22,7 @@ import (
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/statemachine"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
@@ -158,6 +159,14 @@ func history(t *testing.T, db *dbtest.DB, id string, states ...settlement.State)
 	t.Helper()
 	var from *settlement.State
 	for _, to := range states {
+		if from == nil {
+			// The creation, with its event and hold, by the state machine.
+			if err := statemachine.Created(context.Background(), db.Pool, "written by the test", time.Now(), id); err != nil {
+				t.Fatal(err)
+			}
+			from = &to
+			continue
+		}
 		if _, err := db.Pool.Exec(context.Background(), `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
 			VALUES ($1, $2, $3, 'written by the test', now())`, id, from, to); err != nil {
 			t.Fatal(err)

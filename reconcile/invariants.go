@@ -100,7 +100,10 @@ type Expect struct {
 //   - after recovery, nothing is open without needs_investigation;
 //   - every transition has exactly one event, in the same order; a
 //     settlement's events are numbered from 1 without a gap; a flag and a
-//     recorded conflict each have theirs (DESIGN.md section 19).
+//     recorded conflict each have theirs (DESIGN.md section 19);
+//   - the ledger's rules (LedgerMismatches: balances sum to zero per
+//     currency, postings and holds match each settlement's state, kept
+//     balances equal the sums of postings and open holds).
 //
 // An error means the checker could not read the database.
 func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error) {
@@ -377,6 +380,13 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 		return nil, err
 	}
 	v = append(v, events...)
+	ledger, err := LedgerMismatches(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range ledger {
+		v = append(v, m.String())
+	}
 	return v, nil
 }
 
@@ -384,7 +394,8 @@ func CheckInvariants(ctx context.Context, db Querier, e Expect) ([]string, error
 // (part of CheckInvariants): a settlement's transitions and its transition
 // events match one to one, in order; its events are numbered 1..n without
 // a gap; a flagged settlement's last flag event names its reason; every
-// recorded conflict has its event.
+// recorded conflict with a settlement has its event (one with a receipt
+// refused for want of funds has no settlement, so no event).
 func EventViolations(ctx context.Context, db Querier) ([]string, error) {
 	return collect(ctx, db, eventViolationsSQL, pgx.RowTo[string])
 }
@@ -425,7 +436,9 @@ const eventViolationsSQL = `
 	       WHERE ev.settlement_id = s.settlement_id AND ev.type = 'settlement.flagged' ORDER BY ev.n DESC LIMIT 1)
 	UNION ALL
 	SELECT c.settlement_id || ': ' || c.recorded || ' receipt conflict(s) recorded, ' || coalesce(ev.events, 0) || ' conflict event(s)'
-	FROM (SELECT settlement_id, count(*) AS recorded FROM receipt_conflicts GROUP BY settlement_id) c
+	FROM (SELECT settlement_id, count(*) AS recorded FROM receipt_conflicts rc
+	      WHERE EXISTS (SELECT 1 FROM settlements s WHERE s.settlement_id = rc.settlement_id)
+	      GROUP BY settlement_id) c
 	LEFT JOIN (SELECT settlement_id, count(*) AS events FROM settlement_events
 	           WHERE type = 'settlement.conflict' GROUP BY settlement_id) ev USING (settlement_id)
 	WHERE c.recorded <> coalesce(ev.events, 0)`

@@ -63,7 +63,9 @@ func TestUnsendableAmountFailsIt(t *testing.T) {
 			t.Parallel()
 			ob := setupOBIE(t, bankclient.Faults{}, nil)
 			ob.insertOBIE(t, "ob-limit", 100_000_000)
-			ob.insertOBIE(t, "ob-over", tc.amount)
+			// Another account: the holds of one account could not sum
+			// past the largest bigint.
+			ob.insertOBIEFrom(t, "ob-over", tc.amount, "acc-2")
 			if out, err := ob.r.Send(ctx, "ob-limit", nil); err != nil || out.State != settlement.Sent && out.State != settlement.Confirmed {
 				t.Fatalf("£1,000,000: %+v, %v; want sent", out, err)
 			}

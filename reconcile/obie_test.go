@@ -65,8 +65,14 @@ func setupOBIE(t *testing.T, faults bankclient.Faults, verify *rsa.PublicKey) *o
 // insertOBIE creates a pending settlement the obie connector can pay.
 func (ob *obieBundle) insertOBIE(t *testing.T, id string, amount int64) {
 	t.Helper()
-	insertSettlement(t, ob.db, id, amount)
-	if _, err := ob.db.Pool.Exec(context.Background(), `UPDATE settlements SET currency = 'GBP',
+	ob.insertOBIEFrom(t, id, amount, "acc-1")
+}
+
+// insertOBIEFrom is insertOBIE paying from account.
+func (ob *obieBundle) insertOBIEFrom(t *testing.T, id string, amount int64, account string) {
+	t.Helper()
+	insertSettlementAt(t, ob.db, id, amount, account, "GBP")
+	if _, err := ob.db.Pool.Exec(context.Background(), `UPDATE settlements SET
 		beneficiary = 'SortCodeAccountNumber:08080021325698:ACME Ltd', bank_reference = $2 WHERE settlement_id = $1`,
 		id, obie.Capabilities.Reference(id)); err != nil {
 		t.Fatal(err)

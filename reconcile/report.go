@@ -69,13 +69,18 @@ type Summary struct {
 	NeedsInvestigation int64 `json:"needs_investigation"`
 	// AsOf is the clock reading the ages were measured at.
 	AsOf time.Time `json:"as_of"`
+	// Ledger is the ledger's check (DESIGN.md section 20).
+	Ledger LedgerReport `json:"ledger"`
 }
 
 // Findings reports whether the summary shows something a human must look
-// at: a settlement flagged needs_investigation. Conflicts do not count: they
+// at: a settlement flagged needs_investigation, or a ledger that breaks its
+// rules (LedgerMismatches). Conflicts do not count: they
 // were rejected and recorded, which is the engine doing its job, and they
 // stay in the table for ever; `settle reconcile conflicts` lists them.
-func (s Summary) Findings() bool { return s.NeedsInvestigation > 0 }
+func (s Summary) Findings() bool {
+	return s.NeedsInvestigation > 0 || !s.Ledger.Balanced || len(s.Ledger.Mismatches) > 0
+}
 
 // enteredStateSQL is the time a settlement last entered its current state,
 // from its history (updated_at also moves on every status check).
@@ -141,7 +146,8 @@ func (i *Inspector) Summary(ctx context.Context) (Summary, error) {
 		if err != nil {
 			return fmt.Errorf("error finding the oldest open settlements: %w", err)
 		}
-		return nil
+		sum.Ledger, err = ledgerReport(ctx, tx)
+		return err
 	})
 	if err != nil {
 		return Summary{}, err

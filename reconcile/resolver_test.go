@@ -68,11 +68,17 @@ func checkAgainst(t *testing.T, db *dbtest.DB, bank bankclient.Bank) {
 // receipt or a job).
 func insertSettlement(t *testing.T, db *dbtest.DB, id string, amount int64) {
 	t.Helper()
+	insertSettlementAt(t, db, id, amount, "acc-1", "EUR")
+}
+
+// insertSettlementAt is insertSettlement paying from account in currency.
+func insertSettlementAt(t *testing.T, db *dbtest.DB, id string, amount int64, account, currency string) {
+	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash, next_check_at)
-			VALUES ($1, 'acc-1', 'bene-1', $2, 'EUR', 'pending', $3, 'sha256:00', now() + interval '1 minute')`,
-			id, amount, bankclient.KeyFor(id)); err != nil {
+			VALUES ($1, $4, 'bene-1', $2, $5, 'pending', $3, 'sha256:00', now() + interval '1 minute')`,
+			id, amount, bankclient.KeyFor(id), account, currency); err != nil {
 			return err
 		}
 		return statemachine.Created(ctx, tx, "test", time.Now(), id)

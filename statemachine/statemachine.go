@@ -5,7 +5,9 @@
 // Every transition is an optimistic UPDATE … WHERE state = $from inside the
 // caller's transaction, appended to settlement_transitions in the same
 // transaction, with its outcome event in settlement_events (the outbox of
-// DESIGN.md section 19). Flags (Flag) and receipt conflicts
+// DESIGN.md section 19) and its ledger effects (the hold of a new
+// settlement, the postings of confirmed and returned, the release or void
+// of the hold: DESIGN.md section 20, ledger.go). Flags (Flag) and receipt conflicts
 // (RecordConflicts) write their events here too, so no caller can forget
 // one. A forbidden transition or a lost race is an error, never a
 // silent no-op: the caller decides whether a lost race means "someone else
@@ -94,7 +96,7 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 		WITH moved AS (
 			UPDATE settlements SET state = $3, updated_at = $5, event_seq = event_seq + 1
 			WHERE settlement_id = $1 AND state = $2
-			RETURNING settlement_id, event_seq
+			RETURNING settlement_id, event_seq, account_id, amount_cents, currency, bank
 		), event AS (
 			`+insertEventSQL+`
 				SELECT settlement_id, event_seq AS n, 'settlement.' || $3::text AS type,
@@ -102,7 +104,7 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 						'at', settle_json_time($5), 'from_state', $2::text) AS payload, $5::timestamptz AS created_at
 				FROM moved
 			) e
-		)
+		)`+transitionLedgerSQL[c.To]+`
 		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
 		SELECT settlement_id, $2, $3, $4, $5 FROM moved
 		RETURNING id`,
@@ -125,8 +127,9 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 }
 
 // Created records the creation of settlements (→ pending) in their
-// history, in one statement however many there are. The settlements rows
-// themselves are inserted by intake in the same transaction.
+// history and takes each one's hold on its account (creating the account
+// on first use), in one statement however many there are. The settlements
+// rows themselves are inserted by intake in the same transaction.
 func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settlementIDs ...string) error {
 	if len(settlementIDs) == 0 {
 		return nil
@@ -140,7 +143,7 @@ func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settleme
 		WITH moved AS (
 			UPDATE settlements SET event_seq = event_seq + 1
 			WHERE settlement_id = ANY($1::text[])
-			RETURNING settlement_id, event_seq
+			RETURNING settlement_id, event_seq, account_id, amount_cents, currency, bank
 		), event AS (
 			`+insertEventSQL+`
 				SELECT settlement_id, event_seq AS n, 'settlement.' || $2::text AS type,
@@ -148,7 +151,7 @@ func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settleme
 						'at', settle_json_time($4)) AS payload, $4::timestamptz AS created_at
 				FROM moved
 			) e
-		)
+		)`+holdSQL+`
 		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
 		SELECT id, NULL, $2, $3, $4 FROM unnest($1::text[]) AS id`,
 		settlementIDs, string(settlement.Pending), reason, at)

@@ -44,6 +44,7 @@ func commands() []command {
 		{"reconcile", "what is stuck, one settlement's story, conflicts, resolve, ledger vs bank", cmdReconcile},
 		{"events", "outcome events: list them and their deliveries, redeliver", cmdEvents},
 		{"lambda", "the intake as an AWS Lambda handler for SQS-triggered functions (batchItemFailures)", cmdLambda},
+		{"ledger", "balances and holds: credit an account, balances, postings", cmdLedger},
 		{"bench", "throughput, replay latency and memory, each against a baseline from the same run", cmdBench},
 		{"statement", "parse bank statement files (camt.053/054, BAI2, MT940)", cmdStatement},
 	}

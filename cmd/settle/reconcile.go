@@ -280,7 +280,15 @@ func (c *reconcileCmd) summary(ctx context.Context, args []string) int {
 		}
 		fmt.Fprintf(tw, "conflicts\t%d\t%s\n", sum.Conflicts, hint)
 		fmt.Fprintf(tw, "movements\t%d\t\n", sum.Movements)
+		ledgerState := "balanced"
+		if !sum.Ledger.Balanced {
+			ledgerState = "NOT BALANCED"
+		}
+		fmt.Fprintf(tw, "ledger\t%s, %d mismatch(es)\t\n", ledgerState, len(sum.Ledger.Mismatches))
 		_ = tw.Flush()
+		for _, m := range sum.Ledger.Mismatches {
+			fmt.Fprintf(c.s.Out, "  %s\n", m)
+		}
 	}
 	if sum.Findings() {
 		return exitFindings

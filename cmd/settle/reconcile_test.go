@@ -19,6 +19,8 @@ import (
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/statemachine"
 )
 
 // reconcileBundle is a private database and an in-process bank for the
@@ -68,14 +70,18 @@ func (b *reconcileBundle) seed(t *testing.T, id string, amount int64, st string,
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash, first_attempt_at)
-			VALUES ($1, 'acc-1', 'bene-1', $2, 'EUR', $3, $4, 'sha256:'||repeat('a', 64), CASE WHEN $3 <> 'pending' THEN now() END)`,
+			VALUES ($1, 'acc-1', 'bene-1', $2, 'EUR', 'pending', $4, 'sha256:'||repeat('a', 64), CASE WHEN $3 <> 'pending' THEN now() END)`,
 			id, amount, st, bankclient.KeyFor(id)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason)
-			SELECT $1, NULL, 'pending', 'received'
-			UNION ALL SELECT $1, 'pending', $2, 'test' WHERE $2 <> 'pending'`, id, st); err != nil {
+		// Its history, events and ledger, by the state machine.
+		if err := statemachine.Created(ctx, tx, "received", time.Time{}, id); err != nil {
 			return err
+		}
+		if st != string(settlement.Pending) {
+			if err := statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: id, From: settlement.Pending, To: settlement.State(st), Reason: "test"}); err != nil {
+				return err
+			}
 		}
 		if movement {
 			_, err := tx.Exec(ctx, `INSERT INTO ledger_movements (settlement_id, account_id, amount_cents, currency) VALUES ($1, 'acc-1', $2, 'EUR')`, id, amount)
@@ -139,6 +145,9 @@ func TestReconcileSummaryJSON(t *testing.T) {
 	if _, ok := m["oldest_uncertain_age_seconds"].(float64); !ok {
 		t.Errorf("oldest_uncertain_age_seconds = %v", m["oldest_uncertain_age_seconds"])
 	}
+	if l, _ := m["ledger"].(map[string]any); l["balanced"] != true || l["mismatches"] == nil || len(l["mismatches"].([]any)) != 0 {
+		t.Errorf("ledger = %v, want balanced with no mismatches", m["ledger"])
+	}
 
 	// A settlement the engine will not resolve alone makes the summary a finding.
 	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET needs_investigation = true,
@@ -148,6 +157,18 @@ func TestReconcileSummaryJSON(t *testing.T) {
 	code, out, _ = b.run(t)
 	if code != exitFindings || !strings.Contains(out, "needs investigation") {
 		t.Fatalf("exit %d, out:\n%s", code, out)
+	}
+
+	// A posting behind the state machine's back is a ledger mismatch.
+	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET needs_investigation = false, investigation_reason = NULL;
+		INSERT INTO ledger_postings (settlement_id, kind, debit_account, credit_account, amount_minor, currency)
+		VALUES ('u-1', 'payout', 'acc-1', 'settle:clearing:settle', 100, 'EUR')`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = b.run(t, "--json")
+	m = decodeObject(t, out)
+	if l, _ := m["ledger"].(map[string]any); code != exitFindings || l["balanced"] != false || len(l["mismatches"].([]any)) != 3 {
+		t.Fatalf("exit %d, ledger %v", code, m["ledger"])
 	}
 }
 
