@@ -93,3 +93,23 @@ func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure)
 }
+
+// ErrInsufficientFunds is matched (errors.Is) by an *InsufficientFundsError.
+var ErrInsufficientFunds = errors.New("insufficient funds")
+
+// InsufficientFundsError refuses a payout whose amount exceeds its
+// account's available balance (--funds-check, DESIGN.md section 20).
+// Nothing was held; the refusal is the receipt's outcome, so a redelivery
+// of the event gets it again (paying after all is a new settlement_id).
+type InsufficientFundsError struct {
+	SettlementID string
+	AccountID    string
+	AmountMinor  int64
+	Currency     string
+}
+
+func (e *InsufficientFundsError) Error() string {
+	return fmt.Sprintf("settlement %s: account %s has not %d %s available: %v", e.SettlementID, e.AccountID, e.AmountMinor, e.Currency, ErrInsufficientFunds)
+}
+
+func (e *InsufficientFundsError) Unwrap() error { return ErrInsufficientFunds }

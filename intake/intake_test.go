@@ -46,6 +46,8 @@ type setupOpts struct {
 	// (--route).
 	banks  []bankclient.Connector
 	routes intake.Routes
+	// fundsCheck is --funds-check.
+	fundsCheck bool
 }
 
 // setup gives the test its own migrated database, an intake service with an
@@ -59,7 +61,7 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 	}
 	m := metrics.NewUnregistered()
 	svc, err := intake.NewService(intake.Config{DB: db.Pool, Jobs: jobs.Inserter{Client: client}, Metrics: m, Now: o.now,
-		Bank: o.bank, MaxAmounts: o.maxAmounts, Banks: o.banks, Routes: o.routes})
+		Bank: o.bank, MaxAmounts: o.maxAmounts, Banks: o.banks, Routes: o.routes, FundsCheck: o.fundsCheck})
 	if err != nil {
 		t.Fatal(err)
 	}

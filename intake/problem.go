@@ -3,6 +3,7 @@ package intake
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -40,6 +41,10 @@ const (
 	ProblemInternal     = "urn:settle:problem:internal"
 )
 
+// ProblemInsufficientFunds: the account's available balance does not cover
+// the payout (--funds-check, DESIGN.md section 20).
+const ProblemInsufficientFunds = "urn:settle:problem:insufficient-funds"
+
 // Retry-After values, in seconds.
 const (
 	retryAfterUnavailable = 2
@@ -51,6 +56,7 @@ const (
 func problemFor(err error) Problem {
 	var inv *InvalidError
 	var ce *ConflictError
+	var fe *InsufficientFundsError
 	switch {
 	case errors.As(err, &inv):
 		p := Problem{Field: inv.Field, Detail: inv.Error()}
@@ -69,6 +75,11 @@ func problemFor(err error) Problem {
 		return Problem{Type: ProblemConflict, Title: "Settlement already received with another payload", Status: http.StatusConflict,
 			Detail:       "the settlement_id was received before with a different payload; the event was not applied and the conflict was recorded",
 			SettlementID: ce.SettlementID, StoredHash: ce.StoredHash, IncomingHash: ce.IncomingHash}
+	case errors.As(err, &fe):
+		return Problem{Type: ProblemInsufficientFunds, Title: "Insufficient funds", Status: http.StatusUnprocessableEntity,
+			Detail: fmt.Sprintf("account %s has not %d %s available; nothing was held; the refusal is recorded and a redelivery gets it again (pay it with a new settlement_id)",
+				fe.AccountID, fe.AmountMinor, fe.Currency),
+			SettlementID: fe.SettlementID}
 	case errors.Is(err, settlement.ErrNotFound):
 		return Problem{Type: ProblemNotFound, Title: "Settlement not found", Status: http.StatusNotFound}
 	case errors.Is(err, ErrUnavailable):

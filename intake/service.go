@@ -88,6 +88,11 @@ type Config struct {
 	// (--max-amount): an event over its currency's is refused (422), as
 	// one over the connector's own limit is.
 	MaxAmounts MaxAmounts
+	// FundsCheck refuses a payout its account's available balance does not
+	// cover (--funds-check): an *InsufficientFundsError (422), recorded as
+	// its receipt's outcome, nothing held. The payouts of one account are
+	// decided one at a time, under the lock of the account's row.
+	FundsCheck bool
 }
 
 // Service takes settlement events in: the receipt transaction, replays and
@@ -103,6 +108,7 @@ type Service struct {
 	timeout time.Duration
 	router  *router
 	ceiling MaxAmounts
+	funds   bool
 }
 
 // NewService returns a Service for cfg.
@@ -117,7 +123,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	s := &Service{db: cfg.DB, jobs: cfg.Jobs, m: cfg.Metrics, now: cfg.Now,
 		horizon: cfg.ReplayHorizon, grace: cfg.PendingGrace, timeout: cfg.Timeout,
-		ceiling: maps.Clone(cfg.MaxAmounts)}
+		ceiling: maps.Clone(cfg.MaxAmounts), funds: cfg.FundsCheck}
 	served := cfg.Banks
 	if len(served) == 0 {
 		served = []bankclient.Connector{cfg.Bank}
@@ -177,8 +183,8 @@ type Result struct {
 }
 
 // Outcome is the answer to one event of a batch: a Result, or Err (an
-// *InvalidError for an event older than the replay horizon, or a
-// *ConflictError).
+// *InvalidError for an event older than the replay horizon, a
+// *ConflictError, or an *InsufficientFundsError).
 type Outcome struct {
 	Result Result
 	Err    error
@@ -303,6 +309,18 @@ func (s *Service) SubmitBatchTx(ctx context.Context, evs []Event, inTx InTx) ([]
 			continue
 		}
 		st, ok := res.stored[ev.SettlementID]
+		if rr, refused := res.refused[ev.SettlementID]; !ok && refused {
+			// Refused for want of funds, now or before: the same answer
+			// (a replay), or a conflict with the refused payload.
+			if hashes[i] != rr.hash {
+				ce := &ConflictError{SettlementID: ev.SettlementID, StoredHash: rr.hash, IncomingHash: hashes[i]}
+				outs[i].Err = ce
+				conflicts = append(conflicts, conflictRecord{ev: ev, err: ce})
+				continue
+			}
+			outs[i].Err = &InsufficientFundsError{SettlementID: ev.SettlementID, AccountID: ev.AccountID, AmountMinor: ev.AmountCents, Currency: ev.Currency}
+			continue
+		}
 		if !ok {
 			return nil, fmt.Errorf("error reading settlement %s after intake: no stored row", ev.SettlementID)
 		}
@@ -341,6 +359,8 @@ func (s *Service) count(o Outcome, now time.Time) {
 	case errors.Is(o.Err, ErrConflict):
 		s.m.IntakeTotal.WithLabelValues("conflict").Inc()
 		s.m.ReceiptConflicts.Inc()
+	case errors.Is(o.Err, ErrInsufficientFunds):
+		s.m.IntakeTotal.WithLabelValues("insufficient_funds").Inc()
 	case o.Err != nil:
 		s.m.IntakeTotal.WithLabelValues("invalid").Inc()
 	case o.Result.Replayed:
@@ -363,6 +383,15 @@ type commitResult struct {
 	receivedAt map[string]time.Time
 	// claimed marks which created settlement already had its 201.
 	claimed map[string]bool
+	// refused holds the receipts refused for want of funds, by this
+	// transaction (refusedNow) or before.
+	refused    map[string]refusedReceipt
+	refusedNow map[string]bool
+}
+
+// refusedReceipt is a receipt refused for want of funds.
+type refusedReceipt struct {
+	hash string
 }
 
 // insertSQL inserts the receipts of the leads and, only for the receipts
@@ -452,6 +481,23 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		created:    make(map[string]bool, len(leads)),
 		receivedAt: make(map[string]time.Time),
 		claimed:    make(map[string]bool),
+		refused:    make(map[string]refusedReceipt),
+		refusedNow: make(map[string]bool),
+	}
+
+	// A single event, the common case of the HTTP API, takes statements
+	// with plain parameters; a batch takes the unnest forms.
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("error beginning transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+
+	all := leads
+	if s.funds {
+		if leads, err = s.checkFunds(ctx, tx, leads, now, &res); err != nil {
+			return res, err
+		}
 	}
 	n := len(leads)
 	ids, hashes, eventIDs := make([]string, n), make([]string, n), make([]string, n)
@@ -469,40 +515,34 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		banks[i] = l.bank.Name
 	}
 
-	// A single event, the common case of the HTTP API, takes statements
-	// with plain parameters; a batch takes the unnest forms.
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return res, fmt.Errorf("error beginning transaction: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-
-	var rows pgx.Rows
-	if n == 1 {
-		rows, err = tx.Query(ctx, insertOneSQL, ids[0], hashes[0], eventIDs[0], occurred[0], accounts[0], beneficiaries[0],
-			amounts[0], currencies[0], bankKeys[0], now, now.Add(s.grace), refs[0], banks[0])
-	} else {
-		rows, err = tx.Query(ctx, insertSQL, ids, hashes, eventIDs, occurred, accounts, beneficiaries, amounts, currencies, bankKeys,
-			now, now.Add(s.grace), refs, banks)
-	}
-	if err != nil {
-		return res, fmt.Errorf("error inserting receipts: %w", err)
-	}
 	var createdIDs []string
 	var sendJobs []SendJob
-	for rows.Next() {
-		st, err := scanSettlement(rows)
-		if err != nil {
-			rows.Close()
-			return res, fmt.Errorf("error reading inserted settlement: %w", err)
+	if n > 0 {
+		var rows pgx.Rows
+		if n == 1 {
+			rows, err = tx.Query(ctx, insertOneSQL, ids[0], hashes[0], eventIDs[0], occurred[0], accounts[0], beneficiaries[0],
+				amounts[0], currencies[0], bankKeys[0], now, now.Add(s.grace), refs[0], banks[0])
+		} else {
+			rows, err = tx.Query(ctx, insertSQL, ids, hashes, eventIDs, occurred, accounts, beneficiaries, amounts, currencies, bankKeys,
+				now, now.Add(s.grace), refs, banks)
 		}
-		res.stored[st.SettlementID] = st
-		res.created[st.SettlementID] = true
-		createdIDs = append(createdIDs, st.SettlementID)
-		sendJobs = append(sendJobs, SendJob{SettlementID: st.SettlementID, Bank: st.Bank})
-	}
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("error inserting receipts: %w", err)
+		if err != nil {
+			return res, fmt.Errorf("error inserting receipts: %w", err)
+		}
+		for rows.Next() {
+			st, err := scanSettlement(rows)
+			if err != nil {
+				rows.Close()
+				return res, fmt.Errorf("error reading inserted settlement: %w", err)
+			}
+			res.stored[st.SettlementID] = st
+			res.created[st.SettlementID] = true
+			createdIDs = append(createdIDs, st.SettlementID)
+			sendJobs = append(sendJobs, SendJob{SettlementID: st.SettlementID, Bank: st.Bank})
+		}
+		if err := rows.Err(); err != nil {
+			return res, fmt.Errorf("error inserting receipts: %w", err)
+		}
 	}
 
 	// The creation transitions and the replay read go in one round trip.
@@ -512,14 +552,14 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	}
 	var oldIDs, bumpIDs, bumpHashes []string
 	var bumpN []int64
-	for _, l := range leads {
-		if !res.created[l.ev.SettlementID] {
+	for _, l := range all {
+		if !res.created[l.ev.SettlementID] && !res.refusedNow[l.ev.SettlementID] {
 			oldIDs = append(oldIDs, l.ev.SettlementID)
 		}
 	}
 	for k, c := range counts {
-		if res.created[k.id] && k.hash == res.stored[k.id].PayloadHash {
-			c-- // the creating event is not a replay
+		if res.created[k.id] && k.hash == res.stored[k.id].PayloadHash || res.refusedNow[k.id] && k.hash == res.refused[k.id].hash {
+			c-- // the creating (or refused) event is not a replay
 		}
 		if c > 0 {
 			bumpIDs, bumpHashes, bumpN = append(bumpIDs, k.id), append(bumpHashes, k.hash), append(bumpN, c)
@@ -528,7 +568,7 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	readOld := len(oldIDs) > 0 || len(bumpIDs) > 0
 	switch {
 	case !readOld:
-	case n == 1 && len(oldIDs) == 1 && len(bumpIDs) == 1:
+	case len(all) == 1 && len(oldIDs) == 1 && len(bumpIDs) == 1:
 		b.Queue(replayOneSQL, bumpIDs[0], bumpHashes[0], bumpN[0], now)
 	default:
 		b.Queue(replaySQL, bumpIDs, bumpHashes, bumpN, now, oldIDs)
@@ -549,6 +589,19 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		}
 		if err := br.Close(); err != nil {
 			return res, fmt.Errorf("error finishing intake batch: %w", err)
+		}
+	}
+	var missing []string
+	for _, id := range oldIDs {
+		if _, ok := res.stored[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		// Not settlements: receipts refused for want of funds, now or in an
+		// earlier run (which may have had --funds-check on).
+		if err := readRefused(ctx, tx, missing, &res); err != nil {
+			return res, err
 		}
 	}
 

@@ -350,7 +350,8 @@ func (l *Loop) outage(ctx context.Context, err error) bool {
 // record validates msgs and records the batch in one transaction: the
 // receipts and replays of the valid events and the rejects, then (as the
 // batch endpoint does) the conflicts in one more. It returns the outcome
-// of each message: created, replayed, conflict or rejected. A panic in the
+// of each message: created, replayed, conflict, insufficient_funds or
+// rejected. A panic in the
 // handling of the batch is an unexpected failure, returned as an error.
 func (l *Loop) record(ctx context.Context, msgs []Message) (outcomes []string, err error) {
 	defer func() {
@@ -394,6 +395,10 @@ func (l *Loop) record(ctx context.Context, msgs []Message) (outcomes []string, e
 		switch {
 		case errors.Is(o.Err, intake.ErrConflict):
 			outcomes[i] = "conflict"
+		case errors.Is(o.Err, intake.ErrInsufficientFunds):
+			// Recorded as its receipt's outcome (--funds-check): a
+			// redelivery is refused again, from the receipt.
+			outcomes[i] = "insufficient_funds"
 		case errors.As(o.Err, &ie):
 			outcomes[i] = "rejected"
 		case o.Err != nil:

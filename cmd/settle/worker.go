@@ -111,6 +111,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")
 	fs.Var(&c.Routes, "route", "CURRENCY=BANK or default=BANK: the bank an event that names none (no \"bank\" field) is bound to; repeatable, or a comma-separated list (SETTLE_ROUTE=USD=stripe,default=settle); default: the one bank served")
 	fs.Var(&c.MaxAmounts, "max-amount", "CCY=N: refuse (422) a payout of more than N minor units of CCY, besides the connector's own limit; repeatable, or a comma-separated list (SETTLE_MAX_AMOUNT=EUR=2500000,GBP=2500000)")
+	fs.BoolVar(&c.FundsCheck, "funds-check", false, "refuse (422 …insufficient-funds) a payout its account's available balance (posted minus held; settle ledger credit brings money in) does not cover, recorded as the receipt's outcome; off: payouts are held and posted without a check")
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")
 	fs.DurationVar(&c.BankKeyTTL, "bank-key-ttl", c.BankKeyTTL, "never re-send an instruction once this long has passed since its first attempt")
 	fs.DurationVar(&c.PendingGrace, "pending-grace", c.PendingGrace, "how long a new settlement waits for its send job before the sweep checks it")

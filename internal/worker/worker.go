@@ -87,6 +87,9 @@ type Config struct {
 	// MaxAmounts are the operator's ceilings by currency (--max-amount):
 	// intake refuses more, besides the connector's own limits.
 	MaxAmounts intake.MaxAmounts
+	// FundsCheck refuses payouts their accounts' available balances do not
+	// cover (--funds-check, SETTLE_FUNDS_CHECK; DESIGN.md section 20).
+	FundsCheck bool
 	// Routes bind the events that name no bank (--route CURRENCY=BANK,
 	// --route default=BANK; SETTLE_ROUTE): by currency, else the default,
 	// else the one bank served. A rule may name a bank this worker does not
@@ -394,6 +397,7 @@ func New(cfg Config) (*Worker, error) {
 		Banks:         conns,
 		Routes:        cfg.Routes,
 		MaxAmounts:    cfg.MaxAmounts,
+		FundsCheck:    cfg.FundsCheck,
 	})
 	if err != nil {
 		w.stopUI()
