@@ -371,6 +371,16 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	br.clean("statements")
 
+	// The ledger's accounts and one account's page: its payouts' postings.
+	if code := br.open("/console/accounts"); code != http.StatusOK || len(br.texts("#balances tbody tr")) == 0 {
+		t.Errorf("accounts = %d %q", code, br.text("main"))
+	}
+	br.clean("accounts")
+	if code := br.open(eval[string](br, `document.querySelector('#balances tbody a').getAttribute('href')`)); code != http.StatusOK || !strings.HasPrefix(br.text("h1"), "Account ") {
+		t.Errorf("an account = %d %q", code, br.text("main"))
+	}
+	br.clean("account")
+
 	// A page of another site submits a form to the console, with a valid
 	// form token even (say it leaked) and the operator's credentials (the
 	// browser sends remembered ones): refused, nothing recorded.
@@ -401,6 +411,7 @@ func TestBrowserConsole(t *testing.T) {
 		{"/console/settlement?id=po-u02", "story-375"},
 		{"/console/conflicts", "conflicts-375"},
 		{"/console/statements", "statements-375"},
+		{"/console/accounts", "accounts-375"},
 	} {
 		if code := br.open(p.path); code != http.StatusOK {
 			t.Errorf("%s at 375 px = %d", p.path, code)
@@ -414,7 +425,7 @@ func TestBrowserConsole(t *testing.T) {
 	// prompt cancelled, as a person who does not know the token would).
 	br.signIn("", "")
 	br.CancelSignIn()
-	for _, p := range []string{"/console/", "/console/settlements", "/console/settlement?id=po-u03", "/console/conflicts", "/console/statements"} {
+	for _, p := range []string{"/console/", "/console/settlements", "/console/settlement?id=po-u03", "/console/conflicts", "/console/statements", "/console/accounts"} {
 		if code := br.open(p); code != http.StatusUnauthorized || !strings.Contains(br.text("h1"), "Sign in") {
 			t.Errorf("%s without credentials = %d %q, want 401", p, code, br.text("h1"))
 		}

@@ -132,6 +132,7 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET "+Prefix+"settlement", c.story)
 	c.mux.HandleFunc("GET "+Prefix+"conflicts", c.conflicts)
 	c.mux.HandleFunc("GET "+Prefix+"statements", c.statements)
+	c.mux.HandleFunc("GET "+Prefix+"accounts", c.accounts)
 	c.mux.HandleFunc("POST "+Prefix+"settlement/resolve", c.resolve)
 	c.mux.HandleFunc("POST "+Prefix+"settlement/note", c.note)
 	c.mux.Handle("GET "+Prefix+"static/", c.staticFS)

@@ -27,7 +27,7 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // pageNames are the pages; each is templates/NAME.html inside the layout.
-var pageNames = []string{"overview", "list", "story", "conflicts", "statements", "error"}
+var pageNames = []string{"overview", "list", "story", "conflicts", "statements", "accounts", "error"}
 
 // session is who is asking: the operator's name (the Basic user name),
 // whether it was checked against the operator's own credential
@@ -169,6 +169,7 @@ var funcs = template.FuncMap{
 	"count":      countText,
 	"num":        thousands,
 	"storyURL":   storyURL,
+	"accountURL": accountURL,
 	"listURL":    listURL,
 	"deref":      func(p *time.Time) time.Time { return *p },
 	"derefInt":   func(p *int) int { return *p },
@@ -270,6 +271,11 @@ func attemptDuration(a settlement.BankAttempt) string {
 
 func storyURL(id string) string {
 	return Prefix + "settlement?" + url.Values{"id": {id}}.Encode()
+}
+
+// accountURL is the page of one ledger account.
+func accountURL(id string) string {
+	return Prefix + "accounts?" + url.Values{"account": {id}}.Encode()
 }
 
 // listURL is the list page for the filter given as alternating key and

@@ -217,3 +217,30 @@ func Postings(ctx context.Context, db DB, f PostingFilter) ([]Posting, error) {
 	}
 	return ps, nil
 }
+
+// Hold is an open hold: a payout in flight reserving its amount.
+type Hold struct {
+	SettlementID string    `json:"settlement_id"`
+	AccountID    string    `json:"account_id"`
+	Currency     string    `json:"currency"`
+	AmountMinor  int64     `json:"amount_minor"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// OpenHolds returns up to limit open holds of accountID, oldest first.
+func OpenHolds(ctx context.Context, db DB, accountID string, limit int) ([]Hold, error) {
+	rows, err := db.Query(ctx, `SELECT settlement_id, account_id, currency, amount_minor, created_at FROM ledger_holds
+		WHERE account_id = $1 AND state = 'held' ORDER BY created_at, settlement_id LIMIT $2`, accountID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("error reading holds: %w", err)
+	}
+	hs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Hold, error) {
+		var h Hold
+		err := row.Scan(&h.SettlementID, &h.AccountID, &h.Currency, &h.AmountMinor, &h.CreatedAt)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error reading holds: %w", err)
+	}
+	return hs, nil
+}
