@@ -10,6 +10,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/demo"
+	"github.com/settle/settle/internal/motoserver"
 )
 
 const demoDescription = `
@@ -50,6 +51,13 @@ after committing its first batch and before acknowledging it, and lets a
 second worker consume everything; the report says what JetStream redelivered
 and that each redelivery was a replay.
 
+With --source sqs the events go through an Amazon SQS queue the same way, on
+moto_server (the Python moto package's server, which must be on PATH), a local
+stand-in for SQS that the demo starts on 127.0.0.1 and stops after it: a
+consumer receives a few and lets their visibility timeout run out, a worker is
+killed after committing its first batch and before deleting it, and a second
+worker consumes everything. moto_server speaks SQS's API; it is not SQS.
+
 With --keep, the bank and the worker stay up after the report, for exploring
 with settle reconcile, the River UI and /metrics (the URLs are printed), until
 Ctrl-C.
@@ -66,7 +74,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for every settlement to become terminal")
 	keep := fs.Bool("keep", false, "leave the bank and the worker running after the report, until Ctrl-C")
 	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+strings.Join(bankclient.Names(), ", ")+"; two at once (settle,stripe) run one worker serving both banks, each settlement bound to its own")
-	src := fs.String("source", "", "send the events through this event source instead of the HTTP API: nats")
+	src := fs.String("source", "", "send the events through this event source instead of the HTTP API: nats, or sqs (on moto_server, a local stand-in for SQS)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -84,8 +92,8 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		fmt.Fprintln(s.Err, "settle demo: --faults must be none, flaky or hostile, and --events at least 2")
 		return exitError
 	}
-	if *src != "" && *src != "nats" {
-		fmt.Fprintf(s.Err, "settle demo: unknown --source %q (want nats)\n", *src)
+	if *src != "" && *src != "nats" && *src != "sqs" {
+		fmt.Fprintf(s.Err, "settle demo: unknown --source %q (want nats or sqs)\n", *src)
 		return exitError
 	}
 	exe, err := os.Executable()
@@ -114,10 +122,20 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		defer natsDone()
 		natsURL = url
 	}
+	var queue demo.SQSQueue
+	if *src == "sqs" {
+		q, stop, err := startDemoSQS(ctx)
+		if err != nil {
+			fmt.Fprintf(s.Err, "settle demo: %v\n", err)
+			return exitError
+		}
+		defer stop()
+		queue = q
+	}
 	rep, err := demo.Run(ctx, demo.Options{
 		Events: *events, Faults: *faults, Bank: *bank, Seed: *seed, Timeout: *timeout, Keep: *keep,
 		Executable: exe, Out: s.Out, Err: s.Err, Progress: cli.IsTerminal(s.Err),
-		Source: *src, NATSURL: natsURL,
+		Source: *src, NATSURL: natsURL, SQS: queue,
 	})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle demo: %v\n", err)
@@ -127,4 +145,20 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		return exitFindings
 	}
 	return exitOK
+}
+
+// startDemoSQS starts moto_server, the local stand-in for SQS, and makes
+// the demo's queue on it; stop kills the server.
+func startDemoSQS(ctx context.Context) (demo.SQSQueue, func(), error) {
+	srv, err := motoserver.Start(ctx, nil)
+	if err != nil {
+		return demo.SQSQueue{}, nil, fmt.Errorf("--source sqs needs moto_server, the local stand-in for SQS: %w", err)
+	}
+	url, err := srv.CreateQueue(ctx, "settle-demo", 30*time.Second)
+	if err != nil {
+		srv.Close()
+		return demo.SQSQueue{}, nil, err
+	}
+	return demo.SQSQueue{URL: url, Client: srv.Client(), Env: srv.Env(),
+		Describe: "moto_server at " + srv.URL + ", a local stand-in for Amazon SQS started for the demo: SQS's API, not SQS"}, srv.Close, nil
 }

@@ -68,6 +68,9 @@ type Options struct {
 	// NATSURL instead of the HTTP API (DESIGN.md section 18).
 	Source  string
 	NATSURL string
+	// SQS, with Source "sqs", is the queue the events go through (a queue
+	// of moto_server, the local stand-in for SQS, made for the demo).
+	SQS SQSQueue
 }
 
 // Report is what a run found.
@@ -207,8 +210,11 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 			return Report{}, err
 		}
 	}
+	if o.Source == sourceSQS {
+		srcArgs, srcEnv = o.SQS.workerArgs()
+	}
 	logPath := filepath.Join(dir, "worker.log")
-	if o.Source == sourceNATS {
+	if o.Source != "" {
 		logPath = filepath.Join(dir, "worker-2.log") // worker-1.log is the one killed before its ack
 	}
 	start2 := func() (*workerproc.Proc, error) {
@@ -218,7 +224,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts,
 		asked: askedHow(o.Bank), caps: caps, source: o.Source}
 	var worker *workerproc.Proc
-	if o.Source != sourceNATS {
+	if o.Source == "" {
 		if worker, err = start2(); err != nil {
 			return Report{}, err
 		}
@@ -242,13 +248,20 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	say("  bank      %s (fakebank in-process: %s)", bank.url, describe(faults))
 	say("  events    %s, %s (webhook receivers in-process; the second answers 503 to every fourth call)",
 		sinks.sinks[0].url, sinks.sinks[1].url)
-	if o.Source == sourceNATS {
+	switch o.Source {
+	case sourceNATS:
 		say("  queue     %s (JetStream stream %s, subject %s, durable consumer %s)", o.NATSURL, demoStream, demoSubject, demoConsumer)
 		say("")
 		if worker, err = o.viaNATS(ctx, &rep, stream, pool, dbURL, bank.url, token, dir, workerEnv, start2, say); err != nil {
 			return rep, err
 		}
-	} else {
+	case sourceSQS:
+		say("  queue     %s (%s)", o.SQS.URL, o.SQS.Describe)
+		say("")
+		if worker, err = o.viaSQS(ctx, &rep, stream, pool, dbURL, bank.url, token, dir, workerEnv, start2, say); err != nil {
+			return rep, err
+		}
+	default:
 		say("  worker    %s (settle worker, pid %d, log %s)", worker.URL(), worker.PID(), worker.LogPath())
 		say("")
 
@@ -277,8 +290,12 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		rep.Violations = append(rep.Violations, err.Error())
 	}
 
-	if o.Source == sourceNATS {
-		if err := o.drainQueue(ctx, &rep); err != nil {
+	if o.Source != "" {
+		drain := o.drainQueue
+		if o.Source == sourceSQS {
+			drain = o.drainSQS
+		}
+		if err := drain(ctx, &rep); err != nil {
 			if !errors.Is(err, errTimeout) {
 				return rep, err
 			}
@@ -434,7 +451,7 @@ func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer,
 func (r *Report) check(st Stream) {
 	fail := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
 	s, sum := r.Submit, r.Summary
-	queue := r.source == sourceNATS
+	queue := r.source != ""
 	if queue {
 		r.checkQueue()
 	} else if s.Created != r.Settlements || s.Replayed != r.Redeliveries || s.Conflict != r.Conflicts || s.Invalid != 0 || s.Errors != 0 {
@@ -576,7 +593,7 @@ func (r Report) print(w io.Writer) {
 	if r.Resent > 0 {
 		p("    %d settlements needed their instruction posted again by a later job, under the same key.", r.Resent)
 	}
-	if r.source == sourceNATS {
+	if r.source != "" {
 		r.printQueue(p)
 	} else {
 		p("  - %d redelivered events were answered from the stored receipt (200, nothing done again); %s reused a",

@@ -202,8 +202,8 @@ func (r *Report) checkQueue() {
 	// that ran out on a loaded machine): more replays, or a conflict
 	// recorded twice, are harmless; fewer are not.
 	if min := r.Redeliveries + r.Queue.KilledBatch; s.Replayed < min {
-		fail("%d replays recorded; want at least %d (%d redelivered by the producer, %d by JetStream after the kill)",
-			s.Replayed, min, r.Redeliveries, r.Queue.KilledBatch)
+		fail("%d replays recorded; want at least %d (%d redelivered by the producer, %d by %s after the kill)",
+			s.Replayed, min, r.Redeliveries, r.Queue.KilledBatch, r.words().broker)
 	}
 	if s.Conflict < r.Conflicts {
 		fail("%d conflicts recorded, %d published", s.Conflict, r.Conflicts)
@@ -213,17 +213,33 @@ func (r *Report) checkQueue() {
 	}
 }
 
+// queueWords are how the report names a broker's parts.
+type queueWords struct {
+	broker, through, id, lease, ack, acked, end string
+}
+
+// words are the report's words for r's source.
+func (r Report) words() queueWords {
+	if r.source == sourceSQS {
+		return queueWords{broker: "SQS", through: "Amazon SQS (moto_server, a local stand-in, not SQS itself)",
+			id: "its own MessageId from SQS", lease: "visibility timeout", ack: "deleting", acked: "deleted",
+			end: fmt.Sprintf("the queue ends with %d messages waiting, %d in flight", r.Queue.Pending, r.Queue.AwaitingAck)}
+	}
+	return queueWords{broker: "JetStream", through: "NATS JetStream", id: "a fresh message id", lease: "lease", ack: "acknowledging",
+		acked: "acknowledged", end: fmt.Sprintf("the consumer ends with %d pending, %d awaiting ack", r.Queue.Pending, r.Queue.AwaitingAck)}
+}
+
 // printQueue explains the queue run.
 func (r Report) printQueue(p func(string, ...any)) {
-	q := r.Queue
-	p("  - The events came through NATS JetStream: %d messages, each under a fresh message id, so JetStream's own", q.Published)
+	q, w := r.Queue, r.words()
+	p("  - The events came through %s: %d messages, each under %s, so the broker's own", w.through, q.Published, w.id)
 	p("    deduplication played no part; settle decided by settlement_id alone.")
-	p("  - %d messages were fetched by a consumer that never answered: their lease ran out and JetStream delivered", q.Held)
+	p("  - %d messages were fetched by a consumer that never answered: their %s ran out and %s delivered", q.Held, w.lease, w.broker)
 	p("    them again; they were recorded once, by the worker that got them next.")
-	p("  - A worker committed a batch of %d settlements and was killed before acknowledging it: JetStream delivered", q.KilledBatch)
+	p("  - A worker committed a batch of %d settlements and was killed before %s it: %s delivered", q.KilledBatch, w.ack, w.broker)
 	p("    the batch again and each event was a replay of its receipt (nothing created twice, nothing paid twice).")
-	p("  - %d events were replays in all (%d redelivered by the producer, the rest by JetStream); %d conflicting",
-		r.Submit.Replayed, r.Redeliveries, r.Submit.Conflict)
+	p("  - %d events were replays in all (%d redelivered by the producer, the rest by %s); %d conflicting",
+		r.Submit.Replayed, r.Redeliveries, w.broker, r.Submit.Conflict)
 	p("    payloads were recorded as conflicts (settle reconcile conflicts), never applied. Every message was")
-	p("    acknowledged only after its outcome committed: the consumer ends with %d pending, %d awaiting ack.", q.Pending, q.AwaitingAck)
+	p("    %s only after its outcome committed: %s.", w.acked, w.end)
 }
