@@ -58,6 +58,15 @@ consumer receives a few and lets their visibility timeout run out, a worker is
 killed after committing its first batch and before deleting it, and a second
 worker consumes everything. moto_server speaks SQS's API; it is not SQS.
 
+With --source kafka the events go through Kafka's wire protocol to kfake, an
+in-process stand-in for Kafka (not Kafka) that the demo starts on 127.0.0.1
+with a topic of three partitions: the demo produces them keyed by
+settlement_id, runs a worker that is killed after committing its first batch
+and before committing its offsets (the group hands its partitions on once its
+session runs out), and lets a second worker consume everything; the report
+says that each record delivered again was a replay and that the group ends
+with nothing uncommitted.
+
 With --keep, the bank and the worker stay up after the report, for exploring
 with settle reconcile, the River UI and /metrics (the URLs are printed), until
 Ctrl-C.
@@ -74,7 +83,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for every settlement to become terminal")
 	keep := fs.Bool("keep", false, "leave the bank and the worker running after the report, until Ctrl-C")
 	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+strings.Join(bankclient.Names(), ", ")+"; two at once (settle,stripe) run one worker serving both banks, each settlement bound to its own")
-	src := fs.String("source", "", "send the events through this event source instead of the HTTP API: nats, or sqs (on moto_server, a local stand-in for SQS)")
+	src := fs.String("source", "", "send the events through this event source instead of the HTTP API: nats, sqs (on moto_server, a local stand-in for SQS) or kafka (to kfake, an in-process stand-in for Kafka)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -92,8 +101,8 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		fmt.Fprintln(s.Err, "settle demo: --faults must be none, flaky or hostile, and --events at least 2")
 		return exitError
 	}
-	if *src != "" && *src != "nats" && *src != "sqs" {
-		fmt.Fprintf(s.Err, "settle demo: unknown --source %q (want nats or sqs)\n", *src)
+	if *src != "" && *src != "nats" && *src != "sqs" && *src != "kafka" {
+		fmt.Fprintf(s.Err, "settle demo: unknown --source %q (want nats, sqs or kafka)\n", *src)
 		return exitError
 	}
 	exe, err := os.Executable()

@@ -39,6 +39,7 @@ import (
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/internal/workerproc"
 	"github.com/settle/settle/reconcile"
+	kafkasrc "github.com/settle/settle/source/kafka"
 )
 
 // Options configure a demo run.
@@ -65,7 +66,9 @@ type Options struct {
 	// Progress draws progress bars on Err (use it on a terminal only).
 	Progress bool
 	// Source, when "nats", sends the events through NATS JetStream at
-	// NATSURL instead of the HTTP API (DESIGN.md section 18).
+	// NATSURL instead of the HTTP API (DESIGN.md section 18); when
+	// "kafka", through Kafka's protocol to kfake, an in-process stand-in
+	// for Kafka that the demo starts.
 	Source  string
 	NATSURL string
 	// SQS, with Source "sqs", is the queue the events go through (a queue
@@ -204,11 +207,19 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	defer sinks.stop()
 	workerEnv = append(workerEnv, sinks.env()...)
 	var srcArgs, srcEnv []string
-	if o.Source == sourceNATS {
+	var kafka *kafkaDemo
+	switch o.Source {
+	case sourceNATS:
 		srcArgs, srcEnv = natsWorkerArgs(o.NATSURL)
 		if err := resetDemoStream(ctx, o.NATSURL); err != nil {
 			return Report{}, err
 		}
+	case sourceKafka:
+		if kafka, err = startKafka(); err != nil {
+			return Report{}, err
+		}
+		defer kafka.close()
+		srcArgs = kafka.workerArgs()
 	}
 	if o.Source == sourceSQS {
 		srcArgs, srcEnv = o.SQS.workerArgs()
@@ -261,6 +272,13 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		if worker, err = o.viaSQS(ctx, &rep, stream, pool, dbURL, bank.url, token, dir, workerEnv, start2, say); err != nil {
 			return rep, err
 		}
+	case sourceKafka:
+		say("  queue     %s (kfake, an in-process stand-in for Kafka, not Kafka: topic %s, %d partitions, group %s)",
+			kafka.spec, demoTopic, demoPartitions, kafkasrc.DefaultGroup)
+		say("")
+		if worker, err = o.viaKafka(ctx, kafka, &rep, stream, pool, dbURL, bank.url, token, dir, workerEnv, start2, say); err != nil {
+			return rep, err
+		}
 	default:
 		say("  worker    %s (settle worker, pid %d, log %s)", worker.URL(), worker.PID(), worker.LogPath())
 		say("")
@@ -292,8 +310,11 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 
 	if o.Source != "" {
 		drain := o.drainQueue
-		if o.Source == sourceSQS {
+		switch o.Source {
+		case sourceSQS:
 			drain = o.drainSQS
+		case sourceKafka:
+			drain = func(ctx context.Context, rep *Report) error { return o.drainKafka(ctx, kafka, rep) }
 		}
 		if err := drain(ctx, &rep); err != nil {
 			if !errors.Is(err, errTimeout) {
@@ -593,9 +614,12 @@ func (r Report) print(w io.Writer) {
 	if r.Resent > 0 {
 		p("    %d settlements needed their instruction posted again by a later job, under the same key.", r.Resent)
 	}
-	if r.source != "" {
+	switch r.source {
+	case sourceNATS, sourceSQS:
 		r.printQueue(p)
-	} else {
+	case sourceKafka:
+		r.printKafka(p)
+	default:
 		p("  - %d redelivered events were answered from the stored receipt (200, nothing done again); %s reused a",
 			r.Submit.Replayed, plural(r.Submit.Conflict, "event", "events"))
 		p("    known settlement_id with another amount: refused with 409 and recorded for investigation, never applied")

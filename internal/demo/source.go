@@ -220,6 +220,11 @@ type queueWords struct {
 
 // words are the report's words for r's source.
 func (r Report) words() queueWords {
+	if r.source == sourceKafka {
+		return queueWords{broker: "Kafka (kfake, the stand-in)", through: "Kafka's protocol (kfake, an in-process stand-in, not Kafka)",
+			id: "its settlement_id as key", lease: "session", ack: "committing its offsets", acked: "committed",
+			end: fmt.Sprintf("the group ends with %d records uncommitted", r.Queue.Pending)}
+	}
 	if r.source == sourceSQS {
 		return queueWords{broker: "SQS", through: "Amazon SQS (moto_server, a local stand-in, not SQS itself)",
 			id: "its own MessageId from SQS", lease: "visibility timeout", ack: "deleting", acked: "deleted",
