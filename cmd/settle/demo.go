@@ -84,6 +84,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	keep := fs.Bool("keep", false, "leave the bank and the worker running after the report, until Ctrl-C")
 	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+strings.Join(bankclient.Names(), ", ")+"; two at once (settle,stripe) run one worker serving both banks, each settlement bound to its own")
 	src := fs.String("source", "", "send the events through this event source instead of the HTTP API: nats, sqs (on moto_server, a local stand-in for SQS) or kafka (to kfake, an in-process stand-in for Kafka)")
+	funds := fs.Bool("funds-check", false, "run the worker with --funds-check: every account is credited with exactly its payouts first, and a last payout over its account's balance is refused (422 insufficient-funds), as is its redelivery (one bank, the HTTP API)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -144,7 +145,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	rep, err := demo.Run(ctx, demo.Options{
 		Events: *events, Faults: *faults, Bank: *bank, Seed: *seed, Timeout: *timeout, Keep: *keep,
 		Executable: exe, Out: s.Out, Err: s.Err, Progress: cli.IsTerminal(s.Err),
-		Source: *src, NATSURL: natsURL, SQS: queue,
+		Source: *src, NATSURL: natsURL, SQS: queue, FundsCheck: *funds,
 	})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle demo: %v\n", err)

@@ -198,3 +198,32 @@ func TestDemoTwoBanks(t *testing.T) {
 		t.Logf("output:\n%s", out)
 	}
 }
+
+// TestDemoFundsCheck: `settle demo --funds-check` funds every account with
+// exactly its payouts, pays them all with the worker's --funds-check on,
+// then shows a payout over its account's balance refused with 422
+// insufficient-funds, and its redelivery refused the same way; the ledger
+// balances and every invariant holds.
+func TestDemoFundsCheck(t *testing.T) {
+	t.Parallel()
+	bin := bintest.Build(t)
+	env := embeddedHome(t, bin)
+	out, code := runBin(t, bin, env, "demo", "--funds-check", "--events", "60", "--faults", "flaky")
+	if code != exitOK {
+		t.Fatalf("settle demo --funds-check exited %d:\n%s", code, out)
+	}
+	for _, w := range []string{
+		"submitted 60 events through the API: 48 created, 11 replayed, 1 conflict, 0 invalid, 0 without an answer",
+		"Funds check (settle worker --funds-check)",
+		"answered 422 urn:settle:problem:insufficient-funds, nothing held; its redelivery: 422 urn:settle:problem:insufficient-funds",
+		"the ledger balances: true, 0 mismatch(es)",
+		"settle demo: OK, every invariant holds",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q", w)
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Log(out)
+	}
+}

@@ -74,6 +74,10 @@ type Options struct {
 	// SQS, with Source "sqs", is the queue the events go through (a queue
 	// of moto_server, the local stand-in for SQS, made for the demo).
 	SQS SQSQueue
+	// FundsCheck runs the worker with --funds-check, funds every account
+	// with exactly its payouts, and ends with a payout over its account's
+	// balance, which must be refused (DESIGN.md section 20).
+	FundsCheck bool
 }
 
 // Report is what a run found.
@@ -115,6 +119,8 @@ type Report struct {
 	Queue  QueueReport
 	// Outcomes is what the webhook receivers of the outcome events got.
 	Outcomes OutcomeReport
+	// Funds is what the funds check did (Options.FundsCheck).
+	Funds FundsReport
 	// Violations lists the invariants that do not hold; empty is success.
 	Violations []string
 	Duration   time.Duration
@@ -151,7 +157,13 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		return Report{}, errors.New("no settle executable to run the worker")
 	}
 	if names := strings.Split(o.Bank, ","); len(names) > 1 {
+		if o.FundsCheck {
+			return Report{}, errors.New("the funds check runs with one bank")
+		}
 		return runBanks(ctx, o, names, faults, start)
+	}
+	if o.FundsCheck && o.Source != "" {
+		return Report{}, errors.New("the funds check runs with the HTTP API, not an event source")
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
 	note := func(format string, args ...any) { fmt.Fprintf(o.Err, "settle demo: "+format+"\n", args...) }
@@ -207,6 +219,9 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	defer sinks.stop()
 	workerEnv = append(workerEnv, sinks.env()...)
 	var srcArgs, srcEnv []string
+	if o.FundsCheck {
+		srcArgs = append(srcArgs, "--funds-check")
+	}
 	var kafka *kafkaDemo
 	switch o.Source {
 	case sourceNATS:
@@ -283,6 +298,11 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		say("  worker    %s (settle worker, pid %d, log %s)", worker.URL(), worker.PID(), worker.LogPath())
 		say("")
 
+		if o.FundsCheck {
+			if err := rep.fund(ctx, pool, stream); err != nil {
+				return rep, err
+			}
+		}
 		// Submit: first deliveries, then the redeliveries and conflicts.
 		bar := o.bar(rep.Events, "submitting")
 		sopts := submit.Options{URL: worker.URL(), Token: token, Concurrency: 16, OnResult: func(submit.Result) { bar.Add(1) }}
@@ -355,6 +375,13 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	}
 	if err := rep.read(ctx, pool, bank, client); err != nil {
 		return rep, err
+	}
+	if o.FundsCheck {
+		// After the summary was read: the refused receipt is not one of
+		// the stream's.
+		if err := rep.overdraft(ctx, pool, worker.URL(), token); err != nil {
+			return rep, err
+		}
 	}
 	if !caps.ReturnsOnStatementsOnly {
 		if err := rep.importStatements(ctx, pool, bank.url, start); err != nil {
@@ -509,6 +536,7 @@ func (r *Report) check(st Stream) {
 		fail("the bank holds %d consents for %d settlements: want one each", r.Consents, r.Settlements)
 	}
 	r.checkStatements(confirmed, returned)
+	r.checkFunds()
 }
 
 // checkBank adds the violations of the reconciliation against the bank's
@@ -576,6 +604,7 @@ func (r Report) print(w io.Writer) {
 		p("  %s", strings.Join(parts[3:], "  "))
 	}
 	p("")
+	r.printFunds(p)
 	r.printStatements(p)
 	t := r.Traffic
 	p("What you just saw")
