@@ -79,6 +79,21 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 		{"conflict not recorded", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
 			exec(ctx, t, tx, `DELETE FROM receipt_conflicts WHERE settlement_id = $1`, g.conflicted)
 		}, "answered 409"},
+		{"payout posting deleted", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
+			exec(ctx, t, tx, `SET LOCAL session_replication_role = replica`)
+			exec(ctx, t, tx, `DELETE FROM ledger_postings WHERE settlement_id = $1`, g.confirmed)
+		}, "ledger: confirmed with posting(s) none"},
+		{"posting amount changed", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
+			exec(ctx, t, tx, `SET LOCAL session_replication_role = replica`)
+			exec(ctx, t, tx, `UPDATE ledger_postings SET amount_minor = amount_minor + 1 WHERE settlement_id = $1`, g.confirmed)
+		}, "(not of its account, amount and currency)"},
+		{"hold outlives a failed settlement", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
+			exec(ctx, t, tx, `UPDATE ledger_holds SET state = 'held', closed_at = NULL WHERE settlement_id = $1`, g.failed)
+		}, "failed with posting(s) none and hold held"},
+		{"kept balance drifted", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
+			exec(ctx, t, tx, `UPDATE ledger_accounts a SET posted_minor = posted_minor + 1
+				FROM settlements s WHERE s.settlement_id = $1 AND a.account_id = s.account_id AND a.currency = s.currency`, g.confirmed)
+		}, "balances sum to 1, not 0"},
 		{"POST past the key TTL", func(ctx context.Context, t *testing.T, r *run, tx pgx.Tx, g target) {
 			exec(ctx, t, tx, `INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at)
 				SELECT settlement_id, 'send', bank_key, first_attempt_at + $2::float8 * interval '1 second'
