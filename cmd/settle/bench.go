@@ -57,6 +57,12 @@ Figures and their baselines:
   events_delivered_per_s outcome events delivered per second in that run,
                          first submission to last delivery, with
                          events_per_settlement
+  e2e_funds_per_s        e2e_per_s with --funds-check, payouts from 1,000 funded
+                         accounts, against e2e_no_funds_per_s (the same
+                         without the check, a run before and one after);
+                         target >= 0.8; e2e_funds_hot_per_s and e2e_hot_per_s
+                         the same from one account, with and without the
+                         check (its intakes queue on that account's row)
   jobs_per_settlement    River jobs worked per settlement in the e2e run
   commits_per_settlement every commit of the e2e run per settlement (also as
                          e2e_db_commits_per_settlement), with

@@ -68,6 +68,7 @@ func cmdLambda(ctx context.Context, args []string, s Stdio) int {
 	fs.Var(&routes, "route", "CURRENCY=BANK or default=BANK, as the worker's --route")
 	var ceilings intake.MaxAmounts
 	fs.Var(&ceilings, "max-amount", "CCY=N, as the worker's --max-amount")
+	fundsCheck := fs.Bool("funds-check", false, "refuse a payout its account's available balance does not cover, as the worker's --funds-check (recorded as the receipt's outcome; the message is acknowledged)")
 	replayHorizon := fs.Duration("replay-horizon", intake.DefaultReplayHorizon, "refuse events whose occurred_at is older than this (rejected)")
 	pendingGrace := fs.Duration("pending-grace", time.Minute, "how long a new settlement waits for its send job before the worker's sweep checks it")
 	maxFailures := fs.Int("source-max-failures", source.DefaultMaxFailures, "unexpected failures of a message, within one execution environment, after which it is rejected as poison")
@@ -104,7 +105,7 @@ func cmdLambda(ctx context.Context, args []string, s Stdio) int {
 		return fail(err)
 	}
 	defer pool.Close()
-	h, err := newLambdaHandler(pool, lambdaOptions{banks: bankNames, routes: routes, ceilings: ceilings, replayHorizon: *replayHorizon,
+	h, err := newLambdaHandler(pool, lambdaOptions{banks: bankNames, routes: routes, ceilings: ceilings, fundsCheck: *fundsCheck, replayHorizon: *replayHorizon,
 		pendingGrace: *pendingGrace, maxFailures: *maxFailures, logger: logger})
 	if err != nil {
 		return fail(err)
@@ -119,6 +120,7 @@ type lambdaOptions struct {
 	banks         []string
 	routes        intake.Routes
 	ceilings      intake.MaxAmounts
+	fundsCheck    bool
 	replayHorizon time.Duration
 	pendingGrace  time.Duration
 	maxFailures   int
@@ -144,7 +146,7 @@ func newLambdaHandler(pool *pgxpool.Pool, o lambdaOptions) (*sqssrc.LambdaHandle
 		return nil, fmt.Errorf("error creating the River client: %w", err)
 	}
 	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: client}, ReplayHorizon: o.replayHorizon,
-		PendingGrace: o.pendingGrace, Banks: conns, Routes: o.routes, MaxAmounts: o.ceilings})
+		PendingGrace: o.pendingGrace, Banks: conns, Routes: o.routes, MaxAmounts: o.ceilings, FundsCheck: o.fundsCheck})
 	if err != nil {
 		return nil, err
 	}

@@ -64,6 +64,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		{"intake", func() error { return measureIntake(ctx, cfg, pool, benchURL, trips, r) }},
 		{"river", func() error { return measureRiver(ctx, cfg, pool, benchURL, r) }},
 		{"e2e", func() error { return measureE2E(ctx, cfg, pool, benchURL, trips, r) }},
+		{"funds", func() error { return measureFunds(ctx, cfg, pool, benchURL, r) }},
 		{"replay", func() error { return measureReplay(ctx, cfg, pool, benchURL, r) }},
 	}
 	for i, p := range phases {

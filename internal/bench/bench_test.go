@@ -25,6 +25,7 @@ var requiredFields = []string{
 	"river_noop_best_jobs_per_s", "e2e_latency100_per_s", "e2e_latency100_bound_per_s",
 	"commits_per_settlement", "round_trips_per_event", "source_nats_per_s", "source_kafka_per_s",
 	"e2e_events_per_s", "e2e_no_events_per_s", "events_delivered_per_s", "events_per_settlement",
+	"e2e_funds_per_s", "e2e_no_funds_per_s", "e2e_funds_hot_per_s", "e2e_hot_per_s",
 }
 
 // TestRunTiny runs every phase of the benchmark in a tiny configuration and
@@ -78,8 +79,8 @@ func TestRunTiny(t *testing.T) {
 	if v, ok := got["e2e_db_commits_per_settlement"].(float64); !ok || v <= 0 {
 		t.Errorf("e2e_db_commits_per_settlement = %v, want the old key kept", got["e2e_db_commits_per_settlement"])
 	}
-	if len(res.Targets) != 10 {
-		t.Errorf("got %d targets, want 10: %+v", len(res.Targets), res.Targets)
+	if len(res.Targets) != 11 {
+		t.Errorf("got %d targets, want 11: %+v", len(res.Targets), res.Targets)
 	}
 	if s, ok := got["river_best_settings"].(string); !ok || !strings.Contains(s, "MaxWorkers") {
 		t.Errorf("river_best_settings = %v, want the settings of the best River run", got["river_best_settings"])
@@ -98,7 +99,7 @@ func TestRunTiny(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "source_nats", "source_kafka", "e2e_events") {
+	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "source_nats", "source_kafka", "e2e_events", "e2e_funds") {
 		if !strings.Contains(table.String(), f) {
 			t.Errorf("table lacks %s:\n%s", f, table.String())
 		}

@@ -15,7 +15,7 @@ import (
 const DefaultDBName = "settle_bench"
 
 // Phases are the benchmark's phases, in the order they run.
-var Phases = []string{"intake", "river", "e2e", "replay"}
+var Phases = []string{"intake", "river", "e2e", "funds", "replay"}
 
 // Config says where and how long to measure. Zero fields take the defaults
 // of Full.

@@ -113,6 +113,25 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 // peak RSS. With sinkURL, the worker relays the outcome events there
 // (--events-url) and the run also times them until every one is delivered.
 func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, faults bankclient.Faults, n int, prefix string, sinkURL ...string) (e2eRun, error) {
+	return runE2EWith(ctx, cfg, pool, dbURL, e2eOptions{faults: faults, n: n, prefix: prefix, sinkURL: sinkURL})
+}
+
+// e2eOptions configure one end-to-end run.
+type e2eOptions struct {
+	faults  bankclient.Faults
+	n       int
+	prefix  string
+	sinkURL []string
+	// fundsCheck runs the worker with --funds-check, each account credited
+	// beforehand with more than it pays; accounts, when positive, is how
+	// many accounts the payouts come from (default newEvent's 997).
+	fundsCheck bool
+	accounts   int
+}
+
+// runE2EWith is runE2E configured by o.
+func runE2EWith(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, o e2eOptions) (e2eRun, error) {
+	faults, n, prefix, sinkURL := o.faults, o.n, o.prefix, o.sinkURL
 	var run e2eRun
 	bank, err := fakebank.New(fakebank.Options{Faults: faults})
 	if err != nil {
@@ -126,6 +145,12 @@ func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, f
 	var env []string
 	if len(sinkURL) > 0 {
 		env = []string{events.EnvSecret + "=" + benchSecret(), "SETTLE_EVENTS_URL=" + strings.Join(sinkURL, " ")}
+	}
+	if o.fundsCheck {
+		env = append(env, "SETTLE_FUNDS_CHECK=true")
+		if err := fund(ctx, pool, o.accounts, prefix); err != nil {
+			return run, err
+		}
 	}
 	w, err := startWorker(ctx, cfg, dbURL, bankURL, env...)
 	if err != nil {
@@ -150,7 +175,7 @@ func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, f
 		return run, fmt.Errorf("error reading the database's counters: %w", err)
 	}
 	start := time.Now()
-	if err := submit(ctx, cfg, w, n, prefix); err != nil {
+	if err := submit(ctx, cfg, w, n, prefix, o.accounts); err != nil {
 		return run, err
 	}
 	cfg.Logf("%s: %d settlements submitted in %s", prefix, n, time.Since(start).Round(time.Millisecond))
@@ -232,8 +257,9 @@ func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, f
 }
 
 // submit posts n new events to the worker's API in batches of
-// cfg.BatchSize from cfg.Concurrency clients.
-func submit(ctx context.Context, cfg Config, w *workerproc.Proc, n int, prefix string) error {
+// cfg.BatchSize from cfg.Concurrency clients, from accounts accounts when
+// it is positive (else newEvent's).
+func submit(ctx context.Context, cfg Config, w *workerproc.Proc, n int, prefix string, accounts int) error {
 	client := newHTTPClient(cfg.Concurrency)
 	defer client.CloseIdleConnections()
 	batches := make(chan int)
@@ -244,6 +270,9 @@ func submit(ctx context.Context, cfg Config, w *workerproc.Proc, n int, prefix s
 				evs := make([]intake.Event, min(cfg.BatchSize, n-b))
 				for k := range evs {
 					evs[k] = newEvent(fmt.Sprintf("%s-%d", prefix, b+k), b+k)
+					if accounts > 0 {
+						evs[k].AccountID = fundedAccount((b + k) % accounts)
+					}
 				}
 				if err := postBatch(ctx, client, w.URL(), evs); err != nil {
 					errs <- err

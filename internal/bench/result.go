@@ -93,6 +93,15 @@ type Result struct {
 	E2ENoEventsPerS     float64 `json:"e2e_no_events_per_s"`
 	EventsDeliveredPerS float64 `json:"events_delivered_per_s"`
 	EventsPerSettlement float64 `json:"events_per_settlement"`
+	// E2EFundsPerS is e2e_per_s with --funds-check, payouts from 1,000
+	// funded accounts; E2ENoFundsPerS the same without the check (mean of
+	// a run before and one after). E2EFundsHotPerS is e2e_per_s with the
+	// check and every payout from one account, E2EHotPerS the same account
+	// without the check (issue 31).
+	E2EFundsPerS    float64 `json:"e2e_funds_per_s"`
+	E2ENoFundsPerS  float64 `json:"e2e_no_funds_per_s"`
+	E2EFundsHotPerS float64 `json:"e2e_funds_hot_per_s"`
+	E2EHotPerS      float64 `json:"e2e_hot_per_s"`
 	// E2ELatency100PerS is e2e_per_s with a fakebank that answers every
 	// request in 100 ms (Config.BankLatency); its bound is the bank
 	// concurrency divided by that latency.
@@ -160,6 +169,8 @@ func (r *Result) computeTargets() {
 			div(r.E2EPerS, div(r.RiverNoopBestJobsPerS, r.JobsPerSettlement)), ">=", 0.5),
 		target("e2e_events", "e2e_events_per_s / e2e_no_events_per_s",
 			div(r.E2EEventsPerS, r.E2ENoEventsPerS), ">=", 0.8),
+		target("e2e_funds", "e2e_funds_per_s / e2e_no_funds_per_s (1,000 accounts)",
+			div(r.E2EFundsPerS, r.E2ENoFundsPerS), ">=", 0.8),
 		target("e2e_latency100", "e2e_latency100_per_s / e2e_latency100_bound_per_s",
 			div(r.E2ELatency100PerS, r.E2ELatency100BoundPerS), ">=", 0.8),
 		target("replay_growth", "replay_p99_us_1e6 / replay_p99_us_1e4",
@@ -203,6 +214,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"e2e_no_events_per_s", r.E2ENoEventsPerS, "settlements/s without a sink, the runs before and after them (A B B A)"},
 		{"events_delivered_per_s", r.EventsDeliveredPerS, "outcome events/s delivered in that run, first submission to last delivery"},
 		{"events_per_settlement", r.EventsPerSettlement, "outcome events per settlement"},
+		{"e2e_funds_per_s", r.E2EFundsPerS, "settlements/s with --funds-check, payouts from 1,000 funded accounts"},
+		{"e2e_no_funds_per_s", r.E2ENoFundsPerS, "settlements/s, the same 1,000 accounts without the check (runs before and after)"},
+		{"e2e_funds_hot_per_s", r.E2EFundsHotPerS, "settlements/s with --funds-check, every payout from one account (each intake waits for the one before it to commit, on that account's row)"},
+		{"e2e_hot_per_s", r.E2EHotPerS, "settlements/s, one account without the check (its holds and postings still change that one row)"},
 		{"e2e_latency100_per_s", r.E2ELatency100PerS, "settlements/s, bank answering in 100 ms"},
 		{"e2e_latency100_bound_per_s", r.E2ELatency100BoundPerS, fmt.Sprintf("settlements/s (bank concurrency %d / 100 ms)", r.BankConcurrency)},
 		{"replay_p50_us_1e4", r.ReplayP50US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},
