@@ -13,6 +13,7 @@ import (
 	"github.com/settle/settle/internal/bench"
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/motoserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }
@@ -23,7 +24,7 @@ var requiredFields = []string{
 	"river_noop_jobs_per_s", "jobs_per_settlement", "replay_p50_us_1e4", "replay_p99_us_1e4",
 	"replay_p50_us_1e6", "replay_p99_us_1e6", "worker_peak_rss_mb",
 	"river_noop_best_jobs_per_s", "e2e_latency100_per_s", "e2e_latency100_bound_per_s",
-	"commits_per_settlement", "round_trips_per_event", "source_nats_per_s", "source_kafka_per_s",
+	"commits_per_settlement", "round_trips_per_event", "source_nats_per_s", "source_kafka_per_s", "source_sqs_per_s",
 	"e2e_events_per_s", "e2e_no_events_per_s", "events_delivered_per_s", "events_per_settlement",
 	"e2e_funds_per_s", "e2e_no_funds_per_s", "e2e_funds_hot_per_s", "e2e_hot_per_s",
 }
@@ -71,6 +72,10 @@ func TestRunTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range requiredFields {
+		if _, err := motoserver.Path(); f == "source_sqs_per_s" && err != nil && os.Getenv("CI") != "true" {
+			t.Logf("source_sqs_per_s not checked: %v", err) // CI has it
+			continue
+		}
 		v, ok := got[f].(float64)
 		if !ok || v <= 0 {
 			t.Errorf("%s = %v, want a positive number", f, got[f])

@@ -36,6 +36,13 @@ type Result struct {
 	// in-process stand-in for Kafka (not Kafka): settle's side of it,
 	// with a broker that costs next to nothing.
 	SourceKafkaPerS float64 `json:"source_kafka_per_s"`
+	// SourceSQSPerS is the same from a queue of moto_server, a local
+	// stand-in for Amazon SQS (not SQS: one Python process, in memory, no
+	// network), over SourceSQSEvents events; 0 when moto_server is not
+	// installed. It is moto's figure, not SQS's, so no target is set on
+	// it: the table shows its ratio to intake_batch_per_s.
+	SourceSQSPerS   float64 `json:"source_sqs_per_s"`
+	SourceSQSEvents int     `json:"source_sqs_events"`
 	SourceBatchSize int     `json:"source_batch_size"`
 
 	// RoundTripsPerEvent is the client round trips to PostgreSQL of one
@@ -197,6 +204,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"intake_batch_per_s", r.IntakeBatchPerS, "events/s"},
 		{"source_nats_per_s", r.SourceNATSPerS, fmt.Sprintf("events/s drained from JetStream by one worker (batches of %d)", r.SourceBatchSize)},
 		{"source_kafka_per_s", r.SourceKafkaPerS, fmt.Sprintf("events/s drained from a topic of kfake, an in-process stand-in for Kafka, by one worker (batches of %d)", r.SourceBatchSize)},
+		{"source_sqs_per_s", r.SourceSQSPerS, fmt.Sprintf("events/s drained from a queue of moto_server, a local stand-in for SQS, by one worker (%d events; %.3f of intake_batch_per_s): moto's speed, not SQS's", r.SourceSQSEvents, ratio(r.SourceSQSPerS, r.IntakeBatchPerS))},
 		{"round_trips_per_event", r.RoundTripsPerEvent, "round trips to PostgreSQL per single event (pgx tracer)"},
 		{"round_trips_per_batch_event", r.RoundTripsPerBatchEvent, "round trips per event of a batch"},
 		{"commits_per_event", r.CommitsPerEvent, "commits per single event (pg_stat_database)"},
@@ -246,4 +254,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// ratio is a/b, or 0 when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }

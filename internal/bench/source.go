@@ -98,7 +98,10 @@ func measureSource(ctx context.Context, cfg Config, dbURL string, r *Result) err
 	cfg.Logf("source_nats_per_s %.1f (%d events drained from JetStream in batches of %d)", r.SourceNATSPerS, n, SourceBatchSize)
 	stop()
 	wg.Wait()
-	return measureKafka(ctx, cfg, dbURL, n, r)
+	if err := measureKafka(ctx, cfg, dbURL, n, r); err != nil {
+		return err
+	}
+	return measureSQS(ctx, cfg, dbURL, r)
 }
 
 // publishEvents publishes n events to the default stream at url (created
