@@ -128,3 +128,36 @@ func TestWorkerKilledMidBatch(t *testing.T) {
 	settleAll(t, db.Pool, c, bank, amounts)
 	_ = b.Stop(time.Minute)
 }
+
+// TestBrokerRestartUnderWorker restarts the broker (kfake, on its
+// directory and port) while a worker drains the topic and a producer keeps
+// producing: nothing lost, nothing applied twice, the group committed to
+// the end.
+func TestBrokerRestartUnderWorker(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	c := startCluster(t)
+	pub := newPublisher(t, c)
+	bank := startBank(t)
+	const n = 300
+	amounts := map[string]int64{}
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			ev := sourcetest.Event("restart", i)
+			amounts[ev.SettlementID] = ev.AmountCents
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			_, err := pub.PublishEvent(ctx, mustJSON(t, ev))
+			cancel()
+			if err != nil {
+				t.Fatalf("produce %d: %v", i, err)
+			}
+		}
+	}
+	produce(0, n/2)
+	w := startSourceWorker(t, "w", db.URL, c, bank.URL)
+	waitFor(t, "50 settlements", func() bool { return countRows(t, db.Pool, `SELECT count(*) FROM settlements`) >= 50 })
+	c.Restart(t)
+	produce(n/2, n) // the producer retries until the broker is back
+	settleAll(t, db.Pool, c, bank, amounts)
+	_ = w.Stop(time.Minute)
+}
