@@ -80,7 +80,10 @@ func (b *kafkaBroker) Publish(t *testing.T, data []byte) string {
 
 func (b *kafkaBroker) Open(t *testing.T, o sourcetest.Options) source.Source {
 	t.Helper()
-	return openSource(t, b.c, kafkasrc.Config{Name: o.Name, SessionTimeout: o.Lease, RebalanceTimeout: 10 * time.Second})
+	// The session is at least 2 s: a lapsed session is what Expire does,
+	// and heartbeats a third of a shorter one apart could be late on a
+	// loaded machine.
+	return openSource(t, b.c, kafkasrc.Config{Name: o.Name, SessionTimeout: max(o.Lease, 2*time.Second), RebalanceTimeout: 10 * time.Second})
 }
 
 // openSource opens a source on c's topic with fast fetches, closed when t
