@@ -30,6 +30,10 @@ Figures and their baselines:
                          target >= 0.5 x insert_baseline_per_s
   intake_batch_per_s     events/s through POST /v1/settlements/batch, --batch
                          events per request; target >= 5 x insert_baseline_per_s
+  source_sqs_per_s       events/s drained by one worker from a queue of
+                         moto_server, a local stand-in for SQS (100 to 500
+                         events): moto's speed, not SQS's; no target; left
+                         out when moto_server is not on PATH
   round_trips_per_event  client round trips to PostgreSQL of one single event
                          (pgx tracer), with commits_per_event and
                          rows_per_event (pg_stat_database)
