@@ -74,6 +74,11 @@ type ReconcileSettlementArgs struct {
 	// dead leader would delay every first check by its leadership TTL;
 	// a short snooze is made available without the leader.
 	NotBefore time.Time `json:"not_before,omitzero"`
+	// Hint marks a check a webhook asked for: it asks once and ends, never
+	// snoozing into the settlement's next scheduled check (which its own
+	// job, or the sweep, keeps), so a later hint never rides on a check
+	// scheduled for later.
+	Hint bool `json:"hint,omitempty"`
 }
 
 // Kind is the River job kind.
@@ -107,13 +112,28 @@ func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, sends []intake.S
 	return nil
 }
 
-// CheckNow inserts a reconcile_settlement job for settlementID, due at
-// once, on the queue of its bank: a webhook's hint. Jobs are unique by
-// settlement within a few seconds, so a burst of hints costs one check.
+// CheckNow makes the bank be asked about settlementID after now, on the
+// queue of its bank: a webhook's hint. A hint check not yet started rides
+// along (it will ask after this hint came, so a burst of hints costs one
+// check); otherwise a new one is inserted, even when one is running, for
+// that one may have asked before the news. Two hints racing may insert two
+// checks; a check too many is harmless, a check too few loses news.
+//
+// River's unique jobs cannot say this: uniqueness must include the running
+// state, and a finished job reads as running until River's completer has
+// recorded it.
 func (in Inserter) CheckNow(ctx context.Context, settlementID, bank string) error {
-	_, err := in.Client.Insert(ctx, ReconcileSettlementArgs{SettlementID: settlementID},
-		&river.InsertOpts{Queue: QueueFor(bank), UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: 5 * time.Second}})
+	var waiting bool
+	err := in.Client.Driver().GetExecutor().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job
+		WHERE kind = $1 AND state = 'available' AND args @> jsonb_build_object('settlement_id', $2::text, 'hint', true))`,
+		ReconcileSettlementArgs{}.Kind(), settlementID).Scan(&waiting)
 	if err != nil {
+		return fmt.Errorf("error looking for a waiting check of %s: %w", settlementID, err)
+	}
+	if waiting {
+		return nil
+	}
+	if _, err := in.Client.Insert(ctx, ReconcileSettlementArgs{SettlementID: settlementID, Hint: true}, &river.InsertOpts{Queue: QueueFor(bank)}); err != nil {
 		return fmt.Errorf("error inserting reconcile_settlement for %s: %w", settlementID, err)
 	}
 	return nil

@@ -76,23 +76,39 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSett
 	if r == nil {
 		return err
 	}
-	out, err := r.Resolve(ctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
-		if !out.Done {
-			return nil // snoozed after the commit
-		}
-		return completeTx(ctx, tx, job, w.logger)
-	})
+	resolve := func() (reconcile.Outcome, error) {
+		return r.Resolve(ctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
+			if !out.Done {
+				return nil // snoozed after the commit
+			}
+			return completeTx(ctx, tx, job, w.logger)
+		})
+	}
+	out, err := resolve()
+	// A hint's news may be newer than what moved the settlement while this
+	// check asked the bank (a bank pushes "settled" before its answer to
+	// our POST has been recorded as sent): ask again, from the state it is
+	// in now, rather than leave the news to the next scheduled check.
+	for try := 0; job.Args.Hint && err == nil && out.LostRace && try < hintRetries; try++ {
+		out, err = resolve()
+	}
 	if wb := (*reconcile.WrongBankError)(nil); errors.As(err, &wb) {
 		return refuse(ctx, w.router, job, wb)
 	}
 	if err != nil {
 		return jobError(err)
 	}
-	if out.Done || out.NextCheckAt.IsZero() {
+	if out.Done || out.NextCheckAt.IsZero() || job.Args.Hint {
+		// A hint's check ends here: the next scheduled check is the
+		// settlement's own job's (or the sweep's, from next_check_at).
 		return nil
 	}
 	return river.JobSnooze(max(out.NextCheckAt.Sub(w.now()), 0))
 }
+
+// hintRetries bounds how often a hint's check asks again after another
+// process moved the settlement under it.
+const hintRetries = 3
 
 // NextRetry retries a failed check soon.
 func (w *ReconcileWorker) NextRetry(job *river.Job[ReconcileSettlementArgs]) time.Time {

@@ -386,3 +386,65 @@ func TestReturnsFoundByTheWatch(t *testing.T) {
 	}
 	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
 }
+
+// TestCheckNowAsksAfterTheHint: a webhook's hint must make the bank be
+// asked after the hint came. A hint rides on a hint check not yet started;
+// never on a finished one (which read the bank before the news: a return
+// pushed a second after the settled push waited for the return watch) nor
+// on a running one (which may have asked already).
+func TestCheckNowAsksAfterTheHint(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bankclient.Faults{}, false, nil)
+	ctx := t.Context()
+	in := Inserter{Client: b.client}
+	jobs := func() (waiting, all int) {
+		t.Helper()
+		err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'available'), count(*)
+			FROM river_job WHERE kind = 'reconcile_settlement' AND args->>'settlement_id' = 'st-hint'`).Scan(&waiting, &all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waiting, all
+	}
+	hint := func() {
+		t.Helper()
+		if err := in.CheckNow(ctx, "st-hint", "settle"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hint()
+	hint()
+	if w, a := jobs(); w != 1 || a != 1 {
+		t.Fatalf("two hints on a waiting check: %d waiting of %d jobs, want 1 of 1", w, a)
+	}
+	if _, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'completed', attempt = 1, attempted_at = now(), finalized_at = now()
+		WHERE kind = 'reconcile_settlement'`); err != nil {
+		t.Fatal(err)
+	}
+	hint()
+	if w, a := jobs(); w != 1 || a != 2 {
+		t.Fatalf("a hint after a completed check: %d waiting of %d jobs, want a new one (1 of 2)", w, a)
+	}
+	if _, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now()
+		WHERE kind = 'reconcile_settlement' AND state = 'available'`); err != nil {
+		t.Fatal(err)
+	}
+	hint()
+	hint()
+	if w, a := jobs(); w != 1 || a != 3 {
+		t.Fatalf("two hints while a check runs: %d waiting of %d jobs, want one new (1 of 3)", w, a)
+	}
+	// The settlement's own scheduled check is no hint check: a hint does
+	// not ride on it.
+	if _, err := b.db.Pool.Exec(ctx, `DELETE FROM river_job WHERE kind = 'reconcile_settlement'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Insert(ctx, ReconcileSettlementArgs{SettlementID: "st-hint", NotBefore: time.Now().Add(time.Hour)},
+		&river.InsertOpts{Queue: QueueFor("settle")}); err != nil {
+		t.Fatal(err)
+	}
+	hint()
+	if w, a := jobs(); w != 2 || a != 2 {
+		t.Fatalf("a hint beside the settlement's own check due in an hour: %d waiting of %d jobs, want 2 of 2", w, a)
+	}
+}
