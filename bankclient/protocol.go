@@ -118,6 +118,13 @@ type Faults struct {
 	// ConsentRejectRate of the consents are Rejected by the customer
 	// instead of Authorised.
 	ConsentRejectRate float64 `json:"consent_reject_rate"`
+	// The bank's pushes (settle fakebank --webhook-url): WebhookLossRate
+	// of the status changes are never pushed, WebhookDuplicateRate are
+	// pushed twice, and each push leaves after a delay drawn from
+	// [0, WebhookDelayMaxMS], so pushes arrive late and out of order.
+	WebhookLossRate      float64 `json:"webhook_loss_rate"`
+	WebhookDuplicateRate float64 `json:"webhook_duplicate_rate"`
+	WebhookDelayMaxMS    int64   `json:"webhook_delay_max_ms"`
 }
 
 // Stats is the body of GET /admin/stats.

@@ -75,6 +75,9 @@ type Options struct {
 	// TLS, when set, makes Start serve HTTPS with it (set ClientAuth and
 	// ClientCAs to require the client certificates of mutual TLS).
 	TLS *tls.Config
+	// WebhookURL, when set, is where the bank pushes its payments' status
+	// changes, signed with WebhookSecret (see SetWebhook).
+	WebhookURL, WebhookSecret string
 }
 
 // Profiles maps each API face of the bank to the function that registers
@@ -128,6 +131,11 @@ type Bank struct {
 
 	srvMu sync.Mutex
 	srv   *http.Server
+
+	// seed is Options.Seed; hooks pushes the status changes (nil until a
+	// webhook URL is set). hooks is guarded by mu.
+	seed  uint64
+	hooks *notifier
 }
 
 // New returns a bank configured by opts. When opts.StatePath names an
@@ -154,6 +162,7 @@ func New(opts Options) (*Bank, error) {
 		verifyKey: opts.JWSPublicKey,
 		signKey:   opts.JWSSigningKey,
 		tlsConfig: opts.TLS,
+		seed:      uint64(opts.Seed),
 	}
 	if b.profile == "obie" && b.signKey == nil {
 		key, err := defaultSigningKey()
@@ -176,6 +185,12 @@ func New(opts Options) (*Bank, error) {
 		b.books = bk
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	if opts.WebhookURL != "" {
+		if err := b.SetWebhook(opts.WebhookURL, opts.WebhookSecret); err != nil {
+			b.cancel()
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -332,7 +347,19 @@ func (b *Bank) Shutdown(ctx context.Context) error {
 		}
 	}
 	b.cancel()
+	b.stopHooks()
 	return errors.Join(err, b.flush())
+}
+
+// stopHooks waits for the webhook pushes to end (the bank's context is
+// cancelled).
+func (b *Bank) stopHooks() {
+	b.mu.Lock()
+	n := b.hooks
+	b.mu.Unlock()
+	if n != nil {
+		n.stop()
+	}
 }
 
 // Close stops the server started by Start at once, ends every request in
@@ -348,6 +375,7 @@ func (b *Bank) Close() error {
 			err = fmt.Errorf("error closing fakebank: %w", cerr)
 		}
 	}
+	b.stopHooks()
 	return errors.Join(err, b.flush())
 }
 
@@ -401,6 +429,8 @@ func validateFaults(f bankclient.Faults) error {
 		{"settlement_failure_rate", f.SettlementFailureRate},
 		{"return_rate", f.ReturnRate},
 		{"consent_reject_rate", f.ConsentRejectRate},
+		{"webhook_loss_rate", f.WebhookLossRate},
+		{"webhook_duplicate_rate", f.WebhookDuplicateRate},
 	}
 	if !(f.RateLimitPerS >= 0 && f.RateLimitPerS <= 1e6) {
 		return fmt.Errorf("rate_limit_per_s must be in [0, 1e6], got %v", f.RateLimitPerS)
@@ -420,6 +450,7 @@ func validateFaults(f bankclient.Faults) error {
 		{"key_ttl_ms", f.KeyTTLMS},
 		{"return_after_ms", f.ReturnAfterMS},
 		{"consent_delay_ms", f.ConsentDelayMS},
+		{"webhook_delay_max_ms", f.WebhookDelayMaxMS},
 	}
 	for _, d := range durations {
 		if d.v < 0 || d.v > maxDurationMS {

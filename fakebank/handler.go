@@ -221,10 +221,15 @@ func (b *Bank) handleStats(w http.ResponseWriter, _ *http.Request) {
 		}{b.Stats(), b.Traffic(), b.ConsentStats()})
 		return
 	}
+	var hooks *WebhookStats
+	if ws := b.WebhookStats(); ws != (WebhookStats{}) {
+		hooks = &ws
+	}
 	writeJSON(w, http.StatusOK, struct {
 		bankclient.Stats
 		Traffic
-	}{b.Stats(), b.Traffic()})
+		Webhooks *WebhookStats `json:"webhooks,omitempty"`
+	}{b.Stats(), b.Traffic(), hooks})
 }
 
 // sleep waits for d unless ctx or the bank ends first; it reports whether

@@ -457,6 +457,7 @@ func (b *Bank) obiePay(key string, req bankclient.PaymentRequest, body string, p
 	}
 	p.ConsentSeq = c.Seq
 	bk.addPayment(p, e)
+	b.changed(p, now)
 	c.PaymentSeq = p.Seq
 	b.version++
 	return obiePaymentOutcome{seq: p.Seq, version: b.version}

@@ -50,6 +50,7 @@ func (b *Bank) Return(id, reason string) error {
 		return fmt.Errorf("payment %q: %w", id, ErrNotSettled)
 	}
 	p.ReturnAt, p.ReturnReason = now, reason
+	b.changed(p, now)
 	b.version++
 	v := b.version
 	ref := p.Request.Reference

@@ -132,6 +132,7 @@ func (b *Bank) submitParams(key string, req bankclient.PaymentRequest, params st
 
 	p := b.newPayment(key, req, params, now)
 	bk.addPayment(p, e)
+	b.changed(p, now)
 	b.version++
 	return outcome{kind: outcomeCreated, payment: p.view(now), seq: p.Seq, version: b.version}
 }

@@ -106,6 +106,9 @@ Admin API:
          consent_delay_ms         (obie) an Open Banking consent is decided this
                                   long after it was created (0 = at once)
          consent_reject_rate      (obie) consents the customer rejects
+         webhook_loss_rate, webhook_duplicate_rate, webhook_delay_max_ms
+                                  (--webhook-url) status changes never pushed,
+                                  pushed twice, and each push's random delay
        Rates are probabilities in [0, 1]; an invalid profile is 400.
   GET  /admin/stats    {"payments","replays","key_reuse_conflicts",
                         "max_executions_per_key","max_payments_per_reference"};
@@ -132,6 +135,7 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	tlsCert := fs.String("tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert")
 	clientCA := fs.String("client-ca", "", "PEM CA certificates: require a client certificate issued by one of them (mutual TLS; needs --tls-cert)")
+	webhookURL := fs.String("webhook-url", "", "push each payment's status changes to this URL, as the profile's bank does (settle: Settle-Signature; stripe: payout.* events in Stripe-Signature), signed with SETTLE_BANK_WEBHOOK_SECRET and retried until answered 2xx; e.g. http://127.0.0.1:8080/v1/bank/webhooks/settle (obie pushes nothing)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -151,7 +155,8 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	}
 	logger := slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
 
-	opts := fakebank.Options{Seed: *seed, StatePath: *state, Faults: faults, Logger: logger, Profile: *profile}
+	opts := fakebank.Options{Seed: *seed, StatePath: *state, Faults: faults, Logger: logger, Profile: *profile,
+		WebhookURL: *webhookURL, WebhookSecret: os.Getenv(bankclient.EnvWebhookSecret)}
 	if err := bankSecurity(&opts, *jwsPublicKey, *jwsSigningKey, *tlsCert, *tlsKey, *clientCA); err != nil {
 		fmt.Fprintf(s.Err, "settle fakebank: %v\n", err)
 		return exitError

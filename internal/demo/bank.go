@@ -28,12 +28,14 @@ var Profiles = map[string]bankclient.Faults{
 		RejectRate: 0.02, SettlementFailureRate: 0.03,
 		LatencyMinMS: 0, LatencyMaxMS: 30, SettleDelayMS: 300,
 		ReturnRate: 0.05, ReturnAfterMS: 1000, ConsentDelayMS: 200,
+		WebhookDuplicateRate: 0.1, WebhookDelayMaxMS: 300,
 	},
 	"hostile": {
 		FailBeforeRate: 0.15, DropResponseRate: 0.30, StatusErrorRate: 0.25,
 		RejectRate: 0.05, SettlementFailureRate: 0.08,
 		LatencyMinMS: 0, LatencyMaxMS: 80, SettleDelayMS: 500,
 		ReturnRate: 0.05, ReturnAfterMS: 1000, ConsentDelayMS: 200,
+		WebhookLossRate: 0.2, WebhookDuplicateRate: 0.2, WebhookDelayMaxMS: 1000,
 	},
 }
 
@@ -49,6 +51,10 @@ func describe(f bankclient.Faults) string {
 		pct(f.SettlementFailureRate), f.LatencyMinMS, f.LatencyMaxMS)
 	if f.ReturnRate > 0 {
 		s += fmt.Sprintf(", returns %s of settled payments %d ms after they settled", pct(f.ReturnRate), f.ReturnAfterMS)
+	}
+	if f.WebhookLossRate+f.WebhookDuplicateRate > 0 || f.WebhookDelayMaxMS > 0 {
+		s += fmt.Sprintf("; pushes status changes as webhooks up to %d ms late, %s twice, %s never",
+			f.WebhookDelayMaxMS, pct(f.WebhookDuplicateRate), pct(f.WebhookLossRate))
 	}
 	return s
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/submit"
@@ -121,9 +122,38 @@ type Report struct {
 	Outcomes OutcomeReport
 	// Funds is what the funds check did (Options.FundsCheck).
 	Funds FundsReport
+	// BankWebhooks is what the bank pushed to the worker (its status
+	// changes, as hints).
+	BankWebhooks fakebank.WebhookStats
 	// Violations lists the invariants that do not hold; empty is success.
 	Violations []string
 	Duration   time.Duration
+	// Phases are the run's parts in order, each with the time it took, so
+	// a slow demo says where it waited.
+	Phases []Phase
+}
+
+// Phase is one part of a run and how long it took.
+type Phase struct {
+	Name     string
+	Duration time.Duration
+}
+
+// phase ends the part of the run that began at *since, recording it under
+// name, and starts the next one.
+func (r *Report) phase(name string, since *time.Time) {
+	now := time.Now()
+	r.Phases = append(r.Phases, Phase{Name: name, Duration: now.Sub(*since)})
+	*since = now
+}
+
+// phases prints the parts of the run and their times on one line.
+func (r Report) phases() string {
+	parts := make([]string, 0, len(r.Phases))
+	for _, ph := range r.Phases {
+		parts = append(parts, fmt.Sprintf("%s %.1fs", ph.Name, ph.Duration.Seconds()))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // OK reports whether every invariant held.
@@ -134,6 +164,7 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 // OK is false.
 func Run(ctx context.Context, o Options) (rep Report, err error) {
 	start := time.Now()
+	start0 := start
 	if o.Events <= 0 {
 		o.Events = 200
 	}
@@ -243,8 +274,23 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if o.Source != "" {
 		logPath = filepath.Join(dir, "worker-2.log") // worker-1.log is the one killed before its ack
 	}
+	// The bank pushes its payments' status changes to the worker as
+	// signed webhooks (hints: each makes the worker ask the bank at once),
+	// where its connector takes them.
+	hookSecret := ""
+	if conn.VerifyWebhook != nil && o.Bank != "obie" {
+		hookSecret = randomToken()
+		workerEnv = append(workerEnv, bankclient.EnvWebhookSecret+"="+hookSecret)
+	}
 	start2 := func() (*workerproc.Proc, error) {
-		return startWorker(ctx, o.Executable, dbURL, bank.url, o.Bank, token, logPath, append(workerEnv, srcEnv...), srcArgs...)
+		w, err := startWorker(ctx, o.Executable, dbURL, bank.url, o.Bank, token, logPath, append(workerEnv, srcEnv...), srcArgs...)
+		if err == nil && hookSecret != "" {
+			if err = bank.bank.SetWebhook(w.URL()+"/v1/bank/webhooks/"+conn.Name, hookSecret); err != nil {
+				_ = w.Stop(workerStopTimeout)
+				return nil, err
+			}
+		}
+		return w, err
 	}
 	stream := GenerateFor(o.Bank, o.Events, o.Seed, time.Now())
 	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts,
@@ -255,6 +301,8 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 			return Report{}, err
 		}
 	}
+	mark := time.Now()
+	rep.phase("start", &start0)
 	stopWorker := func() {
 		if worker == nil {
 			return
@@ -319,6 +367,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		say("submitted %d events through the API: %d created, %d replayed, %d conflict, %d invalid, %d without an answer (%d retries)",
 			rep.Submit.Lines, rep.Submit.Created, rep.Submit.Replayed, rep.Submit.Conflict, rep.Submit.Invalid, rep.Submit.Errors, rep.Submit.Retries)
 	}
+	rep.phase("submit", &mark)
 
 	// Wait until every settlement is terminal.
 	if err := o.waitTerminal(ctx, pool, rep.Settlements); err != nil {
@@ -327,6 +376,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		}
 		rep.Violations = append(rep.Violations, err.Error())
 	}
+	rep.phase("settle", &mark)
 
 	if o.Source != "" {
 		drain := o.drainQueue
@@ -366,6 +416,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		}
 		rep.Violations = append(rep.Violations, err.Error())
 	}
+	rep.phase("returns", &mark)
 	if caps.ReturnsOnStatementsOnly {
 		// Its returns reach settle only through the statement: import it
 		// before the reports are read.
@@ -392,9 +443,11 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if err := rep.checkInvariants(ctx, pool, client, stream); err != nil {
 		return rep, err
 	}
+	rep.phase("statements and reports", &mark)
 	if err := o.outcomes(ctx, pool, sinks, &rep); err != nil {
 		return rep, err
 	}
+	rep.phase("events", &mark)
 	rep.Duration = time.Since(start)
 	rep.print(o.Out)
 
@@ -464,6 +517,7 @@ func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer,
 		}
 	}
 	r.BankStats = bank.bank.Stats()
+	r.BankWebhooks = bank.bank.WebhookStats()
 	cs := bank.bank.ConsentStats()
 	r.Consents, r.ConsentReplays = cs.Consents, cs.ConsentReplays
 	r.Traffic = bank.traffic()
@@ -658,6 +712,7 @@ func (r Report) print(w io.Writer) {
 		s.ByState["confirmed"], s.ByState["failed"])
 	p("    %d returned (paid, then the money came back).", s.ByState["returned"])
 	r.printReturns(p)
+	r.printBankWebhooks(p)
 	p("  - Every settlement was paid at most once: the bank holds at most %d payment per settlement",
 		r.BankStats.MaxPaymentsPerReference)
 	p("    (max_payments_per_reference), and the ledger has one payout per confirmed or returned settlement and one")
@@ -680,7 +735,7 @@ func (r Report) print(w io.Writer) {
 	r.printOutcomes(p)
 	p("")
 	if r.OK() {
-		p("settle demo: OK, every invariant holds (%.1fs)", r.Duration.Seconds())
+		p("settle demo: OK, every invariant holds (%.1fs: %s)", r.Duration.Seconds(), r.phases())
 		return
 	}
 	p("settle demo: FAILED, %d invariants do not hold:", len(r.Violations))

@@ -127,11 +127,27 @@ func (r Report) printReturns(p func(string, ...any)) {
 		return
 	}
 	p("  - %d paid payments came back afterwards (a return, as ACH and SEPA returns come days later). settle", r.Returns)
-	p("    found %d by asking the bank again during the return watch and %d in the imported statement: each of",
-		r.ReturnedByStatus, r.ReturnedByStatement)
+	how := "during the return watch"
+	if r.BankWebhooks.Events > 0 {
+		how = "(at its webhook, or in the return watch)"
+	}
+	p("    found %d by asking the bank again %s and %d in the imported statement: each of",
+		r.ReturnedByStatus, how, r.ReturnedByStatement)
 	p("    those %d settlements moved confirmed → returned, with one reversal movement of the same amount written", returned)
 	p("    in the same transaction as the move (%d reversals; settle reconcile show ID tells each story).", r.Reversals)
 	if r.FailedReturned > 0 {
 		p("    %d came back before settle had seen them settle: failed, with nothing to reverse.", r.FailedReturned)
 	}
+}
+
+// printBankWebhooks explains the bank's pushes.
+func (r Report) printBankWebhooks(p func(string, ...any)) {
+	w := r.BankWebhooks
+	if w.Events == 0 {
+		return
+	}
+	p("  - The bank pushed each of its %d status changes to the worker as a signed webhook (%d sent twice, some late", w.Events, w.Duplicated)
+	p("    and out of order, %d never sent, %d attempts for %d deliveries). A push is a hint, never a fact: settle", w.Lost, w.Attempts, w.Delivered)
+	p("    verified its signature and asked the bank at once, so payments settled and returns were booked without")
+	p("    waiting for the next scheduled check; a lost or repeated push changes nothing but when settle asks.")
 }
