@@ -76,7 +76,7 @@ func checkDemoReturns(t *testing.T, out string) {
 	st := regexp.MustCompile(`confirmed (\d+)  failed (\d+)  returned (\d+)`).FindStringSubmatch(out)
 	mv := regexp.MustCompile(`movements (\d+)`).FindStringSubmatch(out)
 	back := regexp.MustCompile(`(\d+) paid payments came back afterwards`).FindStringSubmatch(out)
-	found := regexp.MustCompile(`found (\d+) by asking the bank again during the return watch and (\d+) in the imported statement`).FindStringSubmatch(out)
+	found := regexp.MustCompile(`found (\d+) by asking the bank again (?:during the return watch|\(at its webhook, or in the return watch\)) and (\d+) in the imported statement`).FindStringSubmatch(out)
 	moved := regexp.MustCompile(`those (\d+) settlements moved confirmed → returned, with one reversal movement`).FindStringSubmatch(out)
 	rev := regexp.MustCompile(`\((\d+) reversals; settle reconcile show ID tells each story\)`).FindStringSubmatch(out)
 	if st == nil || mv == nil || back == nil || found == nil || moved == nil || rev == nil {
