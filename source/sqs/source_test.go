@@ -140,15 +140,18 @@ func (f *forgetOnReceive) ReceiveMessage(ctx context.Context, in *awssqs.Receive
 func TestPartialDeleteFailure(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	h := newHarness(t, db.Pool, time.Second)
+	h := newHarness(t, db.Pool, 2*time.Second)
 	for i := range 25 {
 		h.publishEvent(event("del", i))
 	}
 	flaky := &flakyDeletes{API: h.api, forever: map[string]bool{}}
 	flaky.retryable.Store(2) // within DeleteAttempts (3): each is deleted by a retry
 	api := &forgetOnReceive{flakyDeletes: flaky, marker: `"del-0007"`}
-	src := h.open(sqssrc.Config{Visibility: time.Second}, api)
-	h.run(time.Minute, h.loop(src, nil, func(c *source.Config) { c.BatchSize = 25 }))
+	src := h.open(sqssrc.Config{Visibility: 2 * time.Second}, api)
+	// The leases are kept alive as the worker keeps them (every third of
+	// the visibility timeout): only the message whose delete failed for
+	// good may come back.
+	h.run(time.Minute, h.loop(src, nil, func(c *source.Config) { c.BatchSize = 25; c.LeaseEvery = 2 * time.Second / 3 }))
 
 	if flaky.retryable.Load() > 0 {
 		t.Error("the failures of SQS's own were never made")

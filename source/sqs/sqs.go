@@ -241,13 +241,22 @@ func message(m types.Message) source.Message {
 
 // Fetch long-polls for up to Wait for a first receive, then fills the
 // batch up to max with receives of 10 that do not wait, Receivers at once,
-// until max is reached or a round brings nothing.
+// until max is reached, a round brings nothing, or a quarter of the
+// visibility timeout has passed since the first receive: the loop starts
+// extending the batch's leases only once Fetch returns, so a fill must not
+// outlast them. A message received twice meanwhile (its visibility ran out
+// all the same) is kept once, with its latest receipt handle.
 func (s *Source) Fetch(ctx context.Context, max int) ([]source.Message, error) {
 	msgs, err := s.receive(ctx, max, seconds(s.cfg.Wait, 1, 20))
 	if err != nil || len(msgs) == 0 || len(msgs) >= max {
 		return msgs, err
 	}
-	for len(msgs) < max {
+	stop := time.Now().Add(s.cfg.Visibility / 4)
+	seen := make(map[string]int, max)
+	for i, m := range msgs {
+		seen[m.TransportID] = i
+	}
+	for len(msgs) < max && time.Now().Before(stop) {
 		left := max - len(msgs)
 		n := min(s.cfg.Receivers, (left+MaxReceive-1)/MaxReceive)
 		got := make([][]source.Message, n)
@@ -263,8 +272,15 @@ func (s *Source) Fetch(ctx context.Context, max int) ([]source.Message, error) {
 		wg.Wait()
 		added := 0
 		for _, g := range got {
-			msgs = append(msgs, g...)
-			added += len(g)
+			for _, m := range g {
+				added++
+				if i, dup := seen[m.TransportID]; dup {
+					msgs[i] = m
+					continue
+				}
+				seen[m.TransportID] = len(msgs)
+				msgs = append(msgs, m)
+			}
 		}
 		if added == 0 {
 			break
