@@ -30,7 +30,7 @@ func TestAccountsPage(t *testing.T) {
 	if _, err := b.db.Pool.Exec(t.Context(), `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
 		VALUES ('acct-held', 'merchant-7', 'b', 500, 'EUR', 'pending', 'k-acct-held', 'sha256:00');
 		INSERT INTO ledger_holds (settlement_id, account_id, currency, amount_minor, state) VALUES ('acct-held', 'merchant-7', 'EUR', 500, 'held');
-		UPDATE ledger_accounts SET held_minor = held_minor + 500 WHERE account_id = 'merchant-7'`); err != nil {
+		UPDATE ledger_balances SET held_minor = held_minor + 500 WHERE account_id = 'merchant-7' AND shard = (SELECT min(shard) FROM ledger_balances WHERE account_id = 'merchant-7')`); err != nil {
 		t.Fatal(err)
 	}
 

@@ -19,11 +19,12 @@ type accountKey struct{ account, currency string }
 // insert: the covered ones and those received before (replays or
 // conflicts, decided as always).
 //
-// The accounts are created if need be, then locked in one order (account,
-// currency) FOR NO KEY UPDATE, which blocks only another intake of the same
-// account (its own lock, or the hold it writes): payouts from different
-// accounts never wait for each other, and postings referencing an account
-// (a key share lock) never wait for its intake. Within a batch the leads
+// The accounts are created if need be, then their rows in ledger_accounts
+// locked in one order (account, currency) FOR NO KEY UPDATE, which blocks
+// only another funds-checked intake of the same account: payouts from
+// different accounts never wait for each other, and neither holds,
+// postings nor balances (ledger_balances, its key share locks) wait for
+// it. Within a batch the leads
 // are decided in settlement_id order, each against what the ones before it
 // left.
 func (s *Service) checkFunds(ctx context.Context, tx pgx.Tx, leads []*lead, now time.Time, res *commitResult) ([]*lead, error) {
@@ -34,18 +35,26 @@ func (s *Service) checkFunds(ctx context.Context, tx pgx.Tx, leads []*lead, now 
 	}
 	b := &pgx.Batch{}
 	b.Queue(`
-		INSERT INTO ledger_accounts (account_id, currency, kind, allow_negative, posted_minor, held_minor, created_at, updated_at)
-		SELECT DISTINCT a, c, 'customer', false, 0, 0, $3::timestamptz, $3::timestamptz
+		INSERT INTO ledger_accounts (account_id, currency, kind, allow_negative, created_at, updated_at)
+		SELECT DISTINCT a, c, 'customer', false, $3::timestamptz, $3::timestamptz
 		FROM unnest($1::text[], $2::text[]) AS x(a, c)
 		ORDER BY a, c
 		ON CONFLICT (account_id, currency) DO NOTHING`, accounts, currencies, now)
 	b.Queue(`
-		SELECT account_id, currency, posted_minor - held_minor, allow_negative FROM ledger_accounts
+		SELECT account_id, currency, allow_negative FROM ledger_accounts
 		WHERE (account_id, currency) IN (SELECT a, c FROM unnest($1::text[], $2::text[]) AS x(a, c))
 		ORDER BY account_id, currency
 		FOR NO KEY UPDATE`, accounts, currencies)
-	// Read once the locks are held: a concurrent intake of the same
-	// settlement_id from the same account has committed by then.
+	// Read once the locks are held (a statement of its own, so with a
+	// snapshot taken after them): the holds of the intakes that held them
+	// before have committed by then, and so has a concurrent intake of the
+	// same settlement_id from the same account. A confirmation or a
+	// failure committing meanwhile only raises the available balance: the
+	// sum read may be lower than the truth, never higher.
+	b.Queue(`
+		SELECT account_id, currency, sum(posted_minor - held_minor)::bigint FROM ledger_balances
+		WHERE (account_id, currency) IN (SELECT a, c FROM unnest($1::text[], $2::text[]) AS x(a, c))
+		GROUP BY account_id, currency`, accounts, currencies)
 	b.Queue(`
 		SELECT settlement_id FROM settlement_receipts WHERE settlement_id = ANY($1::text[])
 		UNION SELECT settlement_id FROM settlements WHERE settlement_id = ANY($1::text[])`, ids)
@@ -63,11 +72,20 @@ func (s *Service) checkFunds(ctx context.Context, tx pgx.Tx, leads []*lead, now 
 	var k accountKey
 	var avail int64
 	var negative bool
-	if _, err := pgx.ForEachRow(rows, []any{&k.account, &k.currency, &avail, &negative}, func() error {
-		available[k], unlimited[k] = avail, negative
+	if _, err := pgx.ForEachRow(rows, []any{&k.account, &k.currency, &negative}, func() error {
+		unlimited[k] = negative
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("error locking accounts: %w", err)
+	}
+	if rows, err = br.Query(); err != nil {
+		return nil, fmt.Errorf("error reading balances: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&k.account, &k.currency, &avail}, func() error {
+		available[k] = avail
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("error reading balances: %w", err)
 	}
 	rows, err = br.Query()
 	if err != nil {

@@ -88,8 +88,8 @@ func Credit(ctx context.Context, db DB, r CreditRequest) (CreditResult, error) {
 				VALUES ($1, $4, 'funding', true, $6, $6)
 				ON CONFLICT (account_id, currency) DO NOTHING
 			), customer AS (
-				INSERT INTO ledger_accounts (account_id, currency, kind, allow_negative, posted_minor, held_minor, created_at, updated_at)
-				VALUES ($2, $4, 'customer', false, 0, 0, $6, $6)
+				INSERT INTO ledger_accounts (account_id, currency, kind, allow_negative, created_at, updated_at)
+				VALUES ($2, $4, 'customer', false, $6, $6)
 				ON CONFLICT (account_id, currency) DO NOTHING
 			)
 			INSERT INTO ledger_postings (kind, ref, debit_account, credit_account, amount_minor, currency, created_at)
@@ -115,8 +115,10 @@ func Credit(ctx context.Context, db DB, r CreditRequest) (CreditResult, error) {
 		res.Posting.Kind, res.Posting.Ref = PostingCredit, r.Ref
 		res.Posting.DebitAccount, res.Posting.CreditAccount = FundingAccount, r.AccountID
 		res.Posting.AmountMinor, res.Posting.Currency = r.AmountMinor, r.Currency
-		if _, err := tx.Exec(ctx, `UPDATE ledger_accounts SET posted_minor = posted_minor + $3, updated_at = $4
-			WHERE account_id = $1 AND currency = $2`, r.AccountID, r.Currency, r.AmountMinor, r.At); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_balances AS b (account_id, currency, shard, posted_minor)
+			VALUES ($1, $2, (pg_backend_pid() & 15)::smallint, $3)
+			ON CONFLICT (account_id, currency, shard) DO UPDATE SET posted_minor = b.posted_minor + EXCLUDED.posted_minor`,
+			r.AccountID, r.Currency, r.AmountMinor); err != nil {
 			return fmt.Errorf("error crediting account %s: %w", r.AccountID, err)
 		}
 		return nil
@@ -149,18 +151,20 @@ func postingByRef(ctx context.Context, db DB, ref string) (Posting, error) {
 
 // Balances returns the balance of every account in every currency, or of
 // accountID alone when it is not empty, ordered by account and currency.
-// A customer account's balance is the one kept on its row; a system
-// account's is the sum of its postings.
+// A customer account's balance is the one kept in its shards
+// (ledger_balances); a system account's is the sum of its postings.
 func Balances(ctx context.Context, db DB, accountID string) ([]Balance, error) {
 	rows, err := db.Query(ctx, `
 		SELECT a.account_id, a.currency, a.kind,
-		       coalesce(a.posted_minor, (
+		       CASE WHEN a.kind = 'customer' THEN coalesce(b.posted, 0) ELSE (
 		           SELECT coalesce(sum(p.amount_minor), 0) FROM ledger_postings p
 		           WHERE p.credit_account = a.account_id AND p.currency = a.currency) - (
 		           SELECT coalesce(sum(p.amount_minor), 0) FROM ledger_postings p
-		           WHERE p.debit_account = a.account_id AND p.currency = a.currency))::bigint,
-		       coalesce(a.held_minor, 0)
+		           WHERE p.debit_account = a.account_id AND p.currency = a.currency) END::bigint,
+		       coalesce(b.held, 0)::bigint
 		FROM ledger_accounts a
+		LEFT JOIN LATERAL (SELECT sum(posted_minor) AS posted, sum(held_minor) AS held FROM ledger_balances lb
+		                   WHERE lb.account_id = a.account_id AND lb.currency = a.currency) b ON true
 		WHERE $1 = '' OR a.account_id = $1
 		ORDER BY a.account_id, a.currency`, accountID)
 	if err != nil {

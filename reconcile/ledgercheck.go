@@ -45,8 +45,9 @@ type LedgerReport struct {
 // LedgerMismatches checks the ledger (part of CheckInvariants, and of
 // `settle reconcile`):
 //
-//   - in every currency the balances sum to zero (the balances kept on the
-//     customer accounts' rows, the others' from their postings);
+//   - in every currency the balances sum to zero (the balances kept for
+//     the customer accounts in ledger_balances, the others' from their
+//     postings);
 //   - a settlement's postings and hold match its state: pending, sent and
 //     uncertain hold its amount and have no posting; confirmed has its
 //     payout (the account to its bank's clearing account) and its hold
@@ -92,6 +93,9 @@ var ledgerMismatchesSQL = fmt.Sprintf(`
 	), held AS (
 		SELECT account_id, currency, sum(amount_minor)::bigint AS held
 		FROM ledger_holds WHERE state = 'held' GROUP BY account_id, currency
+	), kept AS (
+		SELECT account_id, currency, sum(posted_minor)::bigint AS posted, sum(held_minor)::bigint AS held
+		FROM ledger_balances GROUP BY account_id, currency
 	), booked AS (
 		SELECT s.settlement_id,
 		       string_agg(p.kind, '+' ORDER BY p.kind) AS kinds,
@@ -103,8 +107,8 @@ var ledgerMismatchesSQL = fmt.Sprintf(`
 	)
 	SELECT 'currency', '', '', currency, 'balances sum to ' || sum(b) || ', not 0'
 	FROM (
-		SELECT a.currency, coalesce(a.posted_minor, s.posted, 0) AS b
-		FROM ledger_accounts a LEFT JOIN sums s USING (account_id, currency)
+		SELECT a.currency, CASE WHEN a.kind = 'customer' THEN coalesce(k.posted, 0) ELSE coalesce(s.posted, 0) END AS b
+		FROM ledger_accounts a LEFT JOIN sums s USING (account_id, currency) LEFT JOIN kept k USING (account_id, currency)
 	) x GROUP BY currency HAVING sum(b) <> 0
 	UNION ALL
 	SELECT 'settlement', s.settlement_id, s.account_id, s.currency,
@@ -122,10 +126,16 @@ var ledgerMismatchesSQL = fmt.Sprintf(`
 	   OR h.amount_minor <> s.amount_cents OR h.account_id <> s.account_id OR h.currency <> s.currency
 	UNION ALL
 	SELECT 'balance', '', a.account_id, a.currency,
-	       'kept balance posted ' || a.posted_minor || ' held ' || a.held_minor ||
+	       'kept balance posted ' || coalesce(k.posted, 0) || ' held ' || coalesce(k.held, 0) ||
 	       ', but its postings sum to ' || coalesce(s.posted, 0) || ' and its open holds to ' || coalesce(h.held, 0)
 	FROM ledger_accounts a LEFT JOIN sums s USING (account_id, currency) LEFT JOIN held h USING (account_id, currency)
-	WHERE a.kind = 'customer' AND (a.posted_minor <> coalesce(s.posted, 0) OR a.held_minor <> coalesce(h.held, 0))
+	LEFT JOIN kept k USING (account_id, currency)
+	WHERE a.kind = 'customer' AND (coalesce(k.posted, 0) <> coalesce(s.posted, 0) OR coalesce(k.held, 0) <> coalesce(h.held, 0))
+	UNION ALL
+	SELECT 'balance', '', k.account_id, k.currency, 'kept balance of an account that is no customer account'
+	FROM kept k
+	WHERE NOT EXISTS (SELECT 1 FROM ledger_accounts a
+	                  WHERE a.account_id = k.account_id AND a.currency = k.currency AND a.kind = 'customer')
 	UNION ALL
 	SELECT 'balance', '', h.account_id, h.currency, 'open holds of ' || h.held || ' on no customer account'
 	FROM held h

@@ -13,7 +13,7 @@ import (
 // the CTE moved (settlement_id, account_id, amount_cents, currency, bank of
 // the settlements the statement moved) and the time parameter named by at.
 //
-// Customer accounts keep their balance on their row; the row is upserted,
+// Customer accounts keep their balance in shards (ledger_balances), upserted,
 // so that a settlement whose account has no row yet (one written before its
 // hold, by a test or by hand) still posts. The bank's clearing account is
 // created on first use and keeps no balance of its own.
@@ -22,24 +22,36 @@ import (
 const clearingSQL = `'` + ledger.ClearingPrefix + `' || m.bank`
 
 // accountsSQL creates the accounts of moved's settlements that do not
-// exist yet (customer and clearing), changing the customer balances by
-// the deltas of the CTE named deltas (account_id, currency, posted, held),
-// in account order so that two statements lock accounts in one order.
+// exist yet (customer and clearing) and changes the customer balances by
+// the deltas of the CTE named deltas (account_id, currency, shard, posted,
+// held) in ledger_balances (migration 0016), in the shard of the
+// statement's connection (shardSQL), so that the payouts of one account do
+// not all queue on one row; in (account, currency, shard) order, so that
+// two statements lock rows in one order.
 func accountsSQL(at string) string {
 	return `
 		ledger_clearing AS (
 			INSERT INTO ledger_accounts (account_id, currency, kind, allow_negative, created_at, updated_at)
 			SELECT DISTINCT ` + clearingSQL + `, m.currency, 'clearing', true, ` + at + `, ` + at + ` FROM moved m
 			ON CONFLICT (account_id, currency) DO NOTHING
+		), ledger_customer AS (
+			INSERT INTO ledger_accounts (account_id, currency, kind, allow_negative, created_at, updated_at)
+			SELECT DISTINCT account_id, currency, 'customer', false, ` + at + `, ` + at + ` FROM deltas
+			ON CONFLICT (account_id, currency) DO NOTHING
 		), ledger_balance AS (
-			INSERT INTO ledger_accounts AS a (account_id, currency, kind, allow_negative, posted_minor, held_minor, created_at, updated_at)
-			SELECT account_id, currency, 'customer', false, sum(posted), sum(held), ` + at + `, ` + at + `
-			FROM deltas GROUP BY account_id, currency ORDER BY account_id, currency
-			ON CONFLICT (account_id, currency) DO UPDATE
-			SET posted_minor = a.posted_minor + EXCLUDED.posted_minor, held_minor = a.held_minor + EXCLUDED.held_minor,
-			    updated_at = EXCLUDED.updated_at
+			INSERT INTO ledger_balances AS b (account_id, currency, shard, posted_minor, held_minor)
+			SELECT account_id, currency, shard, sum(posted), sum(held)
+			FROM deltas GROUP BY account_id, currency, shard ORDER BY account_id, currency, shard
+			ON CONFLICT (account_id, currency, shard) DO UPDATE
+			SET posted_minor = b.posted_minor + EXCLUDED.posted_minor, held_minor = b.held_minor + EXCLUDED.held_minor
 		)`
 }
+
+// shardSQL is the balance shard a statement changes: its connection's
+// (the backend's pid), so that the transactions of different connections,
+// a batch's whole included, change different rows of a busy account. Any
+// shard is right: a balance is the sum of its shards.
+const shardSQL = `(pg_backend_pid() & 15)::smallint`
 
 // holdSQL takes the holds of the settlements created by the statement
 // (Created): $4 is the time.
@@ -48,7 +60,7 @@ var holdSQL = `,
 			INSERT INTO ledger_holds (settlement_id, account_id, currency, amount_minor, state, created_at)
 			SELECT settlement_id, account_id, currency, amount_cents, 'held', $4 FROM moved
 		), deltas AS (
-			SELECT account_id, currency, 0::bigint AS posted, amount_cents AS held FROM moved
+			SELECT m.account_id, m.currency, ` + shardSQL + ` AS shard, 0::bigint AS posted, m.amount_cents AS held FROM moved m
 		),` + accountsSQL("$4::timestamptz")
 
 // transitionLedgerSQL is the ledger part of the statement of a transition
@@ -59,19 +71,19 @@ var holdSQL = `,
 var transitionLedgerSQL = map[settlement.State]string{
 	settlement.Confirmed: closeHoldSQL("released") + postingSQL("payout", "m.account_id", clearingSQL) + `,
 		deltas AS (
-			SELECT m.account_id, m.currency, -m.amount_cents AS posted,
+			SELECT m.account_id, m.currency, ` + shardSQL + ` AS shard, -m.amount_cents AS posted,
 			       -coalesce((SELECT sum(h.amount_minor) FROM ledger_hold h), 0)::bigint AS held
 			FROM moved m
 		),` + accountsSQL("$5::timestamptz"),
 	settlement.Failed: closeHoldSQL("voided") + `,
 		deltas AS (
-			SELECT m.account_id, m.currency, 0::bigint AS posted,
+			SELECT m.account_id, m.currency, ` + shardSQL + ` AS shard, 0::bigint AS posted,
 			       -coalesce((SELECT sum(h.amount_minor) FROM ledger_hold h), 0)::bigint AS held
 			FROM moved m
 		),` + accountsSQL("$5::timestamptz"),
 	settlement.Returned: postingSQL("reversal", clearingSQL, "m.account_id") + `,
 		deltas AS (
-			SELECT m.account_id, m.currency, m.amount_cents AS posted, 0::bigint AS held FROM moved m
+			SELECT m.account_id, m.currency, ` + shardSQL + ` AS shard, m.amount_cents AS posted, 0::bigint AS held FROM moved m
 		),` + accountsSQL("$5::timestamptz"),
 }
 

@@ -143,7 +143,7 @@ func replaceDB(u, db string) string {
 // go too: a run with a sink leaves none behind for the next.
 func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `TRUNCATE settlement_receipts, settlements, settlement_transitions, ledger_movements,
-		receipt_conflicts, bank_attempts, settlement_events, event_sinks, ledger_postings, ledger_holds, ledger_accounts,
+		receipt_conflicts, bank_attempts, settlement_events, event_sinks, ledger_postings, ledger_holds, ledger_balances, ledger_accounts,
 		river_job CASCADE`)
 	if err != nil {
 		return fmt.Errorf("error emptying the benchmark tables: %w", err)

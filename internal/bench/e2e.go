@@ -274,7 +274,11 @@ func submit(ctx context.Context, cfg Config, w *workerproc.Proc, n int, prefix s
 						evs[k].AccountID = fundedAccount((b + k) % accounts)
 					}
 				}
-				if err := postBatch(ctx, client, w.URL(), evs); err != nil {
+				post := postBatch
+				if accounts > 0 {
+					post = postBatchAgain // the funds phase's hot account
+				}
+				if err := post(ctx, client, w.URL(), evs); err != nil {
 					errs <- err
 					for range batches { //nolint:revive // drain so the feeder ends
 					}

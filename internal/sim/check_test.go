@@ -91,8 +91,9 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 			exec(ctx, t, tx, `UPDATE ledger_holds SET state = 'held', closed_at = NULL WHERE settlement_id = $1`, g.failed)
 		}, "failed with posting(s) none and hold held"},
 		{"kept balance drifted", func(ctx context.Context, t *testing.T, _ *run, tx pgx.Tx, g target) {
-			exec(ctx, t, tx, `UPDATE ledger_accounts a SET posted_minor = posted_minor + 1
-				FROM settlements s WHERE s.settlement_id = $1 AND a.account_id = s.account_id AND a.currency = s.currency`, g.confirmed)
+			exec(ctx, t, tx, `UPDATE ledger_balances b SET posted_minor = posted_minor + 1
+				FROM settlements s WHERE s.settlement_id = $1 AND b.account_id = s.account_id AND b.currency = s.currency
+				AND b.shard = (SELECT min(shard) FROM ledger_balances m WHERE m.account_id = s.account_id AND m.currency = s.currency)`, g.confirmed)
 		}, "balances sum to 1, not 0"},
 		{"POST past the key TTL", func(ctx context.Context, t *testing.T, r *run, tx pgx.Tx, g target) {
 			exec(ctx, t, tx, `INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at)

@@ -62,7 +62,7 @@ func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 			DELETE FROM operator_actions; DELETE FROM ledger_movements; DELETE FROM settlement_transitions;
 			DELETE FROM bank_attempts; DELETE FROM receipt_conflicts; DELETE FROM settlements;
 			DELETE FROM settlement_receipts; DELETE FROM event_attempts; DELETE FROM event_deliveries;
-			DELETE FROM settlement_events; DELETE FROM ledger_postings; DELETE FROM ledger_holds; DELETE FROM ledger_accounts`)
+			DELETE FROM settlement_events; DELETE FROM ledger_postings; DELETE FROM ledger_holds; DELETE FROM ledger_balances; DELETE FROM ledger_accounts`)
 		return err
 	})
 }
