@@ -65,7 +65,7 @@ func bankWebhooks(t *testing.T, tg target, faults bankclient.Faults, extra ...st
 	if testing.Short() {
 		t.Skip("multi-process end-to-end test")
 	}
-	const n = 40
+	const n = 24
 	db := dbtest.New(t)
 	secret := "whsec_e2e_" + tg.name
 	b := startBankOpts(t, fakebank.Options{Seed: 33, Faults: faults, Profile: tg.name}, tg.name)
