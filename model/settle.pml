@@ -67,6 +67,7 @@ byte mutant;
 #define M_RETURN_UNMARKED 5    /* a credit without return information books a return */
 #define M_ACK_BEFORE_COMMIT 6  /* the queue message acknowledged before its commit (INTAKE) */
 #define M_RELAY_NEWEST 7       /* the relay sends a settlement's newest event first (INTAKE) */
+#define M_NO_RECHECK 8         /* the sweep loads an uncertain settlement and never asks (liveness) */
 
 #define TERMINAL(s) ((s) == S_CONFIRMED || (s) == S_FAILED || (s) == S_RETURNED)
 
@@ -160,6 +161,13 @@ proctype Quiescent() {
 	assert(received);     /* no event lost: acknowledged only after its commit */
 	assert(seen == nev)   /* every event delivered, once each, in order */
 }
+
+/* The liveness property (pan -a -f -N done): under weak fairness the
+ * event is taken and every event of the settlement delivered. safe is the
+ * claim of the safety run (pan -N safe): it accepts nothing and blocks
+ * nothing. */
+ltl safe { [] true }
+ltl done { <> (received && nev == EVENTS && seen == nev) }
 
 init {
 	c_code { char *m = getenv("SETTLE_MUTANT"); now.mutant = m ? atoi(m) : 0; };
@@ -263,7 +271,8 @@ endclock:
 	od
 }
 
-/* The bank: POSTs arrive; the payment moves; the customer decides. */
+/* The bank's API: POSTs arrive and are answered (the payment's own moves
+ * are Payments'). */
 proctype Bank() {
 	byte w, at, ans;
 endbank:
@@ -302,6 +311,16 @@ endbank:
 		fi;
 		w = 0; at = 0; ans = 0
 	   }
+	od
+}
+
+/* The payment's own life at the bank, and the customer's: a process of its
+ * own, so that under weak fairness (the liveness run) the bank's answers
+ * cannot starve it: a payment accepted stays accepted only until this
+ * process moves, as a real bank settles or fails it in the end. */
+proctype Payments() {
+endpay:
+	do
 	:: atomic { bstat == B_ACCEPTED -> bstat = B_SETTLED; bsettled = 1; bfinal = 1 }   /* settled for good */
 	:: atomic { bstat == B_ACCEPTED -> bstat = B_SETTLED; bsettled = 1 }               /* settled, to come back */
 	:: atomic { bstat == B_ACCEPTED -> bstat = B_FAILED }
@@ -429,10 +448,11 @@ endw:
 		:: issend -> d = T_start_send[IX_start_send(fst, KEYCLASS(fatt))]
 		:: else -> d = T_start_resolve[IX_start_resolve(fst, KEYCLASS(fatt), (fst == S_CONFIRMED && !flagged && watch > 0))]
 		fi;
+		if :: mutant == M_NO_RECHECK && !issend && fst == S_UNCERTAIN -> d = ACT_NONE :: else -> skip fi;
 		if
 		:: d == ACT_NONE ->
-			/* nothing to do: the job completes */
-			if :: issend -> sendjob = 0 :: else -> due = 0 fi;
+			/* nothing to do: the job completes (the mutant keeps it due) */
+			if :: issend -> sendjob = 0 :: else -> due = (mutant == M_NO_RECHECK && fst == S_UNCERTAIN) fi;
 			reset()
 		:: d == ACT_SEND && CAP_CONSENT && fst == S_PENDING && !fatt && cons != C_AUTH ->
 			/* the consent step (Resolver.consent), asked now */
@@ -584,6 +604,13 @@ endst:
 	od
 }
 
+/* The liveness property (pan -a -f -N done; model_test.go): under weak
+ * fairness every settlement ends terminal or flagged. safe is the claim of
+ * the safety run (pan -N safe): it accepts nothing and blocks nothing, so
+ * the assertions and end states are checked over every interleaving. */
+ltl safe { [] true }
+ltl done { <> (TERMINAL(st) || flagged) }
+
 /* At quiescence (nothing can move any more): the end state. */
 proctype Quiescent() {
 	timeout ->
@@ -595,8 +622,10 @@ proctype Quiescent() {
 init {
 	byte k, x;
 	c_code { char *m = getenv("SETTLE_MUTANT"); now.mutant = m ? atoi(m) : 0; };
-	atomic { run Decisions() }
-	_nr_pr == 1;
+	/* Decisions has ended when the count of processes is back to what
+	 * it was (the never claim of an ltl property counts in it) */
+	atomic { k = _nr_pr; run Decisions() }
+	_nr_pr == k;
 	/* the mutants of the decision table */
 	d_step {
 		k = 0;
@@ -637,7 +666,7 @@ init {
 		k = 0; x = 0
 	}
 	atomic {
-		run Clock(); run Bank(); run Statements();
+		run Clock(); run Bank(); run Payments(); run Statements();
 		run Worker(0);
 #if NW > 1
 		run Worker(1);
