@@ -47,31 +47,50 @@ func measureSource(ctx context.Context, cfg Config, dbURL string, r *Result) err
 	if err := publishEvents(ctx, ns.ClientURL(), n); err != nil {
 		return err
 	}
-	pool, err := openMeasured(ctx, dbURL, "settle-bench-source", max(20, cfg.Concurrency+4), nil)
+	el, err := drain(ctx, cfg, dbURL, "settle-bench-source", n, func(ctx context.Context) (source.Source, error) {
+		return natssrc.Open(ctx, natssrc.Config{URL: ns.ClientURL(), Name: "settle-bench"})
+	})
 	if err != nil {
 		return err
+	}
+	r.SourceNATSPerS = float64(n) / el.Seconds()
+	r.SourceBatchSize = SourceBatchSize
+	cfg.Logf("source_nats_per_s %.1f (%d events drained from JetStream in batches of %d)", r.SourceNATSPerS, n, SourceBatchSize)
+	if err := measureKafka(ctx, cfg, dbURL, n, r); err != nil {
+		return err
+	}
+	return measureSQS(ctx, cfg, dbURL, r)
+}
+
+// drain runs one worker's source loop, with an intake of its own over a
+// pool named name, over the source open returns, until n more settlements
+// exist, and returns how long that took (from the loop's start).
+func drain(ctx context.Context, cfg Config, dbURL, name string, n int, open func(context.Context) (source.Source, error)) (time.Duration, error) {
+	pool, err := openMeasured(ctx, dbURL, name, max(20, cfg.Concurrency+4), nil)
+	if err != nil {
+		return 0, err
 	}
 	defer pool.Close()
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
-		return fmt.Errorf("error creating the River client: %w", err)
+		return 0, fmt.Errorf("error creating the River client: %w", err)
 	}
 	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc}})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	src, err := natssrc.Open(ctx, natssrc.Config{URL: ns.ClientURL(), Name: "settle-bench"})
+	src, err := open(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer src.Close()
 	loop, err := source.NewLoop(source.Config{Source: src, Intake: svc, BatchSize: SourceBatchSize})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	before, err := countSettlements(ctx, pool)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -81,27 +100,17 @@ func measureSource(ctx context.Context, cfg Config, dbURL string, r *Result) err
 	for {
 		got, err := countSettlements(ctx, pool)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if got-before >= n {
-			break
+			return time.Since(start), nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	el := time.Since(start)
-	r.SourceNATSPerS = float64(n) / el.Seconds()
-	r.SourceBatchSize = SourceBatchSize
-	cfg.Logf("source_nats_per_s %.1f (%d events drained from JetStream in batches of %d)", r.SourceNATSPerS, n, SourceBatchSize)
-	stop()
-	wg.Wait()
-	if err := measureKafka(ctx, cfg, dbURL, n, r); err != nil {
-		return err
-	}
-	return measureSQS(ctx, cfg, dbURL, r)
 }
 
 // publishEvents publishes n events to the default stream at url (created

@@ -5,15 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/settle/settle/intake"
-	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/source"
 	kafkasrc "github.com/settle/settle/source/kafka"
 )
@@ -43,52 +38,13 @@ func measureKafka(ctx context.Context, cfg Config, dbURL string, n int, r *Resul
 	if err := produceEvents(ctx, brokers, n); err != nil {
 		return err
 	}
-	pool, err := openMeasured(ctx, dbURL, "settle-bench-source-kafka", max(20, cfg.Concurrency+4), nil)
+	el, err := drain(ctx, cfg, dbURL, "settle-bench-source-kafka", n, func(ctx context.Context) (source.Source, error) {
+		return kafkasrc.Open(ctx, kafkasrc.Config{Brokers: brokers, Topic: benchKafkaTopic, Name: "settle-bench"})
+	})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	if err != nil {
-		return fmt.Errorf("error creating the River client: %w", err)
-	}
-	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc}})
-	if err != nil {
-		return err
-	}
-	src, err := kafkasrc.Open(ctx, kafkasrc.Config{Brokers: brokers, Topic: benchKafkaTopic, Name: "settle-bench"})
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	loop, err := source.NewLoop(source.Config{Source: src, Intake: svc, BatchSize: SourceBatchSize})
-	if err != nil {
-		return err
-	}
-	before, err := countSettlements(ctx, pool)
-	if err != nil {
-		return err
-	}
-	lctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	start := time.Now()
-	wg.Go(func() { _ = loop.Run(lctx) })
-	defer func() { stop(); wg.Wait() }()
-	for {
-		got, err := countSettlements(ctx, pool)
-		if err != nil {
-			return err
-		}
-		if got-before >= n {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	r.SourceKafkaPerS = float64(n) / time.Since(start).Seconds()
+	r.SourceKafkaPerS = float64(n) / el.Seconds()
 	cfg.Logf("source_kafka_per_s %.1f (%d events drained from a topic of kfake, the in-process stand-in for Kafka, in batches of %d)",
 		r.SourceKafkaPerS, n, SourceBatchSize)
 	return nil

@@ -6,14 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
-	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/motoserver"
-	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/source"
 	sqssrc "github.com/settle/settle/source/sqs"
 )
@@ -61,52 +55,13 @@ func measureSQS(ctx context.Context, cfg Config, dbURL string, r *Result) error 
 	if err := sendEvents(ctx, api, queue, n); err != nil {
 		return err
 	}
-	pool, err := openMeasured(ctx, dbURL, "settle-bench-source-sqs", max(20, cfg.Concurrency+4), nil)
+	el, err := drain(ctx, cfg, dbURL, "settle-bench-source-sqs", n, func(ctx context.Context) (source.Source, error) {
+		return sqssrc.Open(ctx, sqssrc.Config{QueueURL: queue, Client: api})
+	})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	if err != nil {
-		return fmt.Errorf("error creating the River client: %w", err)
-	}
-	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc}})
-	if err != nil {
-		return err
-	}
-	src, err := sqssrc.Open(ctx, sqssrc.Config{QueueURL: queue, Client: api})
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	loop, err := source.NewLoop(source.Config{Source: src, Intake: svc, BatchSize: SourceBatchSize})
-	if err != nil {
-		return err
-	}
-	before, err := countSettlements(ctx, pool)
-	if err != nil {
-		return err
-	}
-	lctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	start := time.Now()
-	wg.Go(func() { _ = loop.Run(lctx) })
-	defer func() { stop(); wg.Wait() }()
-	for {
-		got, err := countSettlements(ctx, pool)
-		if err != nil {
-			return err
-		}
-		if got-before >= n {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	r.SourceSQSPerS = float64(n) / time.Since(start).Seconds()
+	r.SourceSQSPerS = float64(n) / el.Seconds()
 	r.SourceSQSEvents = n
 	cfg.Logf("source_sqs_per_s %.1f (%d events drained from a queue of moto_server, a local stand-in for SQS, in batches of %d)",
 		r.SourceSQSPerS, n, SourceBatchSize)
