@@ -190,8 +190,47 @@ type Consenter interface {
 }
 
 // The operations of the consent step, recorded in bank_attempts and
-// reported to Options.Observe.
+// reported to Options.Observe: the consent, and (Authoriser) the token
+// requests of the account holder's authorisation.
 const (
 	OpConsent       = "consent"
 	OpConsentStatus = "consent_status"
+	OpToken         = "token"
+	OpTokenRefresh  = "token_refresh"
 )
+
+// Authoriser is implemented by a Bank whose payments are made with the
+// account holder's own token (Capabilities.Authorisation, UK Open
+// Banking's authorization code grant): the account holder opens a link at
+// their bank, authorises the consent there, and is sent back to settle's
+// redirect URI with a one-time code, which settle exchanges for the
+// account holder's tokens. The connector keeps those tokens sealed
+// (encrypted and authenticated with a key of its own): the engine stores
+// a Grant and hands it back in PaymentRequest.Grant without ever reading
+// it. Errors are classified like Send's: a definitive refusal matches
+// IsRejected, an answer that is not definitive IsAmbiguous.
+type Authoriser interface {
+	// AuthorisationURL is the link for the account holder to authorise
+	// consent consentID: it names the consent, redirectURI and state,
+	// and a PKCE challenge the connector derives from consentID and state.
+	AuthorisationURL(consentID, state, redirectURI string) (string, error)
+	// ExchangeCode trades the code the account holder's redirect brought
+	// for their tokens (PKCE's verifier derived as for AuthorisationURL).
+	ExchangeCode(ctx context.Context, consentID, state, code, redirectURI string) (Grant, error)
+	// RefreshGrant gets a new access token for the grant of consentID.
+	RefreshGrant(ctx context.Context, consentID string, g Grant) (Grant, error)
+}
+
+// Grant is the account holder's authorisation of one consent as the
+// connector keeps it.
+type Grant struct {
+	// Sealed holds the tokens, encrypted and authenticated by the
+	// connector and bound to the consent: opaque to the engine, never
+	// stored in clear.
+	Sealed string
+	// ExpiresAt is when its access token expires (zero: the bank did not
+	// say).
+	ExpiresAt time.Time
+	// Refreshable is true when the bank issued a refresh token.
+	Refreshable bool
+}

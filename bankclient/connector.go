@@ -85,6 +85,12 @@ type Capabilities struct {
 	// Consenter, and PaymentRequest.ConsentID carries the authorised
 	// consent.
 	Consent bool
+	// Authorisation: the payment under a consent is made with the account
+	// holder's own token, which settle gets when the account holder
+	// authorises the consent at their bank and is sent back to settle
+	// (UK Open Banking's authorization code grant). The Bank then
+	// implements Authoriser, and PaymentRequest.Grant carries the token.
+	Authorisation bool
 	// ReturnsOnStatementsOnly: the status API never reports a return; only
 	// an imported statement does (UK Open Banking). The return watch then
 	// asks nothing of the bank.

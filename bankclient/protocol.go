@@ -54,6 +54,11 @@ type PaymentRequest struct {
 	// otherwise. It is stored with the settlement, so a replay carries the
 	// same one. It is not part of settle's own protocol.
 	ConsentID string `json:"-"`
+	// Grant is the sealed Grant of the account holder's authorisation of
+	// the consent (Capabilities.Authorisation): the payment is made with
+	// its token. It is not part of settle's own protocol, and not part of
+	// the request's identity: a replay may carry a refreshed one.
+	Grant string `json:"-"`
 }
 
 // Payment is a payment as the bank reports it.

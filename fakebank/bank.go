@@ -75,6 +75,19 @@ type Options struct {
 	// TLS, when set, makes Start serve HTTPS with it (set ClientAuth and
 	// ClientCAs to require the client certificates of mutual TLS).
 	TLS *tls.Config
+	// ManualAuthorisation makes the obie profile's authorisation page
+	// (GET /authorize) wait for the account holder's Approve or Reject;
+	// without it the page decides by itself consent_delay_ms after the
+	// consent was created (Rejected at consent_reject_rate).
+	ManualAuthorisation bool
+	// TokenTTL is how long the access tokens of the obie profile's
+	// authorisation server live (expires_in). Default DefaultTokenTTL.
+	TokenTTL time.Duration
+	// StrictTokens makes the obie profile refuse a payment whose bearer
+	// token the bank never issued (401); without it such a token is
+	// taken, and only the bank's own tokens of the wrong kind or consent
+	// are refused.
+	StrictTokens bool
 	// WebhookURL, when set, is where the bank pushes its payments' status
 	// changes, signed with WebhookSecret (see SetWebhook).
 	WebhookURL, WebhookSecret string
@@ -107,6 +120,11 @@ type Bank struct {
 	verifyKey *rsa.PublicKey  // obie: the TPP's key; nil: not verified
 	signKey   *rsa.PrivateKey // obie: the bank's signing key
 	tlsConfig *tls.Config
+	// obie's authorisation server: see Options.ManualAuthorisation,
+	// TokenTTL and StrictTokens.
+	manualAuth   bool
+	tokenTTL     time.Duration
+	strictTokens bool
 
 	// ctx is cancelled by Close; it is the base context of every request the
 	// bank serves, so that latency sleeps end when the bank stops.
@@ -163,6 +181,13 @@ func New(opts Options) (*Bank, error) {
 		signKey:   opts.JWSSigningKey,
 		tlsConfig: opts.TLS,
 		seed:      uint64(opts.Seed),
+
+		manualAuth:   opts.ManualAuthorisation,
+		tokenTTL:     opts.TokenTTL,
+		strictTokens: opts.StrictTokens,
+	}
+	if b.tokenTTL <= 0 {
+		b.tokenTTL = DefaultTokenTTL
 	}
 	if b.profile == "obie" && b.signKey == nil {
 		key, err := defaultSigningKey()
@@ -247,6 +272,9 @@ func (b *Bank) Handler() http.Handler {
 		// The customer's decision on a consent, for tests.
 		mux.HandleFunc("POST /admin/consents/{id}/authorise", b.handleDecideConsent(true))
 		mux.HandleFunc("POST /admin/consents/{id}/reject", b.handleDecideConsent(false))
+		// The authorisation server: the account holder's page and the
+		// token endpoint.
+		b.obieAuthRoutes(mux)
 	}
 	mux.HandleFunc("GET /admin/faults", b.handleGetFaults)
 	mux.HandleFunc("PUT /admin/faults", b.handlePutFaults)

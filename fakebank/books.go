@@ -112,6 +112,9 @@ type books struct {
 	consentKeys              map[string]*consentKey
 	consentReplays           int64
 	consentKeyReuseConflicts int64
+	// The authorisation server's codes and tokens (obie), by hash.
+	codes  map[string]*authCode
+	tokens map[string]*issuedToken
 
 	// Derived from payments; rebuilt on load.
 	perKey       map[string]int64
@@ -124,6 +127,8 @@ func newBooks() *books {
 	return &books{
 		keys:         map[string]*keyEntry{},
 		consentKeys:  map[string]*consentKey{},
+		codes:        map[string]*authCode{},
+		tokens:       map[string]*issuedToken{},
 		perKey:       map[string]int64{},
 		perReference: map[string]int64{},
 	}

@@ -34,6 +34,15 @@ type consent struct {
 	// Authorised, or Rejected when Rejected is set.
 	DecideAt time.Time `json:"decide_at"`
 	Rejected bool      `json:"rejected,omitempty"`
+	// Manual is set when the account holder decides on the authorisation
+	// page only (Options.ManualAuthorisation): DecideAt and Rejected are
+	// then not used.
+	Manual bool `json:"manual,omitempty"`
+	// AuthorisedAt and RejectedAt are when the account holder approved
+	// the consent on the authorisation page, or rejected it there or by
+	// POST /admin/consents/{id}/reject; zero while they did not.
+	AuthorisedAt time.Time `json:"authorised_at,omitzero"`
+	RejectedAt   time.Time `json:"rejected_at,omitzero"`
 	// Body is the canonical JSON of the consent request (Data and Risk):
 	// a replay must carry the same, and a payment under the consent the
 	// same Initiation and Risk.
@@ -44,12 +53,22 @@ type consent struct {
 }
 
 // statusAt returns the consent's status at now and when it last changed,
-// given the books it lives in (for the time of its payment).
+// given the books it lives in (for the time of its payment): Consumed once
+// a payment was made under it; the account holder's decision on the
+// authorisation page; else, unless the consent is Manual, the decision
+// drawn at its creation from DecideAt on (the automatic account holder
+// decided in their banking app: the page then hands out the code at once).
 func (c *consent) statusAt(bk *books, now time.Time) (ConsentStatus, time.Time) {
 	if c.PaymentSeq > 0 && c.PaymentSeq <= int64(len(bk.payments)) {
 		return ConsentConsumed, bk.payments[c.PaymentSeq-1].CreatedAt
 	}
-	if now.Before(c.DecideAt) {
+	if !c.RejectedAt.IsZero() {
+		return ConsentRejected, c.RejectedAt
+	}
+	if !c.AuthorisedAt.IsZero() {
+		return ConsentAuthorised, c.AuthorisedAt
+	}
+	if c.Manual || now.Before(c.DecideAt) {
 		return ConsentAwaitingAuthorisation, c.CreatedAt
 	}
 	if c.Rejected {
@@ -149,6 +168,7 @@ func (b *Bank) createConsent(key, body string, keyTTL time.Duration) consentOutc
 		CreatedAt:      now,
 		DecideAt:       now.Add(time.Duration(b.faults.ConsentDelayMS) * time.Millisecond),
 		Rejected:       b.chance(b.faults.ConsentRejectRate),
+		Manual:         b.manualAuth,
 		Body:           body,
 	}
 	bk.consents = append(bk.consents, c)
@@ -164,9 +184,11 @@ var (
 )
 
 // DecideConsent makes the customer decide the consent id now, as a bank's
-// customer does when they authorise or reject it: authorise or not. It is
-// also POST /admin/consents/{id}/authorise and .../reject. A consent that
-// was decided already is ErrConsentDecided.
+// customer does when they authorise or reject it in their banking app:
+// authorise or not. It is also POST /admin/consents/{id}/authorise and
+// .../reject. An authorised consent still needs the authorisation page to
+// be visited for the TPP to get its token (the page then hands out the
+// code at once). A consent that was decided already is ErrConsentDecided.
 func (b *Bank) DecideConsent(id string, authorise bool) error {
 	b.mu.Lock()
 	now := b.now().UTC()
@@ -180,6 +202,12 @@ func (b *Bank) DecideConsent(id string, authorise bool) error {
 		return fmt.Errorf("consent %q is %s: %w", id, st, ErrConsentDecided)
 	}
 	c.DecideAt, c.Rejected = now, !authorise
+	if authorise && c.Manual {
+		c.AuthorisedAt = now
+	}
+	if !authorise {
+		c.RejectedAt = now
+	}
 	b.version++
 	v := b.version
 	b.mu.Unlock()

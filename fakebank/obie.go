@@ -32,8 +32,9 @@ import (
 //     decide); Consumed once a payment is made under it;
 //   - GET /domestic-payment-consents/{ConsentId};
 //   - POST /domestic-payments (OBWriteDomestic2 → 201
-//     OBWriteDomesticResponse5): only under an Authorised consent whose
-//     Initiation and Risk are the request's;
+//     OBWriteDomesticResponse5): only with the access token the code
+//     flow issued for the consent it names, under an Authorised consent
+//     whose Initiation and Risk are the request's;
 //   - GET /domestic-payments/{DomesticPaymentId}.
 //
 // Both POSTs are idempotent as the read-write profile's "Idempotency"
@@ -58,8 +59,9 @@ import (
 // reports returns only on statements (GET /v1/statements/{date}), where
 // its EndToEndId is the EndToEndIdentification.
 //
-// Every request needs Authorization (a bearer token; any token is taken:
-// 401 without one); every POST needs Content-Type application/json (415),
+// Every request needs Authorization (a bearer token: 401 without one);
+// the payment POST only the account holder's token for its consent
+// (obieauth.go), the others any; every POST needs Content-Type application/json (415),
 // x-idempotency-key and x-jws-signature (400 UK.OBIE.Header.Missing and
 // UK.OBIE.Signature.Missing), and with Options.JWSPublicKey the signature
 // is verified (400 UK.OBIE.Signature.*, nothing created). Every answer
@@ -407,6 +409,7 @@ type obiePaymentOutcome struct {
 	seq      int64
 	replayed bool
 	refusal  error // 400, nothing created
+	token    *errTokenRefused
 	version  uint64
 }
 
@@ -418,11 +421,16 @@ var errOBKeyReuse = fieldErr(OBHeaderInvalid, HeaderOBIdempotency, "this %s was 
 // Authorised and agree with the request's Initiation and Risk, and the
 // payment is made (Rejected at once at reject_rate), consuming the
 // consent.
-func (b *Bank) obiePay(key string, req bankclient.PaymentRequest, body string, pr *obPaymentRequest) obiePaymentOutcome {
+func (b *Bank) obiePay(key, bearer string, req bankclient.PaymentRequest, body string, pr *obPaymentRequest) obiePaymentOutcome {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now().UTC()
 	bk := b.books
+	// The token first: a request the bank does not authorise is not
+	// looked at, replays included.
+	if refused := b.checkPaymentToken(bearer, bk.consentByID(pr.Data.ConsentID), now); refused != nil {
+		return obiePaymentOutcome{token: refused}
+	}
 	if e := bk.lookup(key, now); e != nil {
 		b.version++
 		if e.Params != body {
@@ -494,10 +502,20 @@ func (b *Bank) handleOBCreatePayment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := booksRequest(pr.Data.Initiation, minor)
-	out := b.obiePay(key, req, canonical(pr), &pr)
+	out := b.obiePay(key, bearerToken(r), req, canonical(pr), &pr)
 	if err := b.persist(out.version); err != nil {
 		b.log.Error("fakebank: error writing state", "error", err)
 		b.obieFault(w, "could not record the payment")
+		return
+	}
+	if out.token != nil {
+		b.log.Debug("fakebank: payment refused for its token", "key", key, "reference", req.Reference, "status", out.token.status, "error", out.token.obErr.Message)
+		if out.token.status == http.StatusUnauthorized {
+			// "without any error response"
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		b.writeOBError(w, out.token.status, out.token.obErr)
 		return
 	}
 	if out.refusal != nil {

@@ -180,6 +180,7 @@ const (
 	OBResourceInvalidConsent  = "UK.OBIE.Resource.InvalidConsentStatus"
 	OBResourceInvalidFormat   = "UK.OBIE.Resource.InvalidFormat"
 	OBResourceNotFound        = "UK.OBIE.Resource.NotFound"
+	OBReauthenticate          = "UK.OBIE.Reauthenticate"
 	OBSignatureInvalid        = jws.CodeInvalid
 	OBSignatureInvalidClaim   = jws.CodeInvalidClaim
 	OBSignatureMalformed      = jws.CodeMalformed

@@ -26,6 +26,9 @@ type stateFile struct {
 	ConsentKeys              []*consentKey `json:"consent_keys,omitempty"`
 	ConsentReplays           int64         `json:"consent_replays,omitempty"`
 	ConsentKeyReuseConflicts int64         `json:"consent_key_reuse_conflicts,omitempty"`
+	// The obie authorisation server's codes and tokens, by hash.
+	AuthCodes []*authCode    `json:"auth_codes,omitempty"`
+	Tokens    []*issuedToken `json:"tokens,omitempty"`
 }
 
 // snapshot encodes the books. The caller holds Bank.mu.
@@ -46,6 +49,14 @@ func (bk *books) snapshot() ([]byte, error) {
 		sf.ConsentKeys = append(sf.ConsentKeys, e)
 	}
 	slices.SortFunc(sf.ConsentKeys, func(a, b *consentKey) int { return strings.Compare(a.Key, b.Key) })
+	for _, c := range bk.codes {
+		sf.AuthCodes = append(sf.AuthCodes, c)
+	}
+	slices.SortFunc(sf.AuthCodes, func(a, b *authCode) int { return strings.Compare(a.Hash, b.Hash) })
+	for _, t := range bk.tokens {
+		sf.Tokens = append(sf.Tokens, t)
+	}
+	slices.SortFunc(sf.Tokens, func(a, b *issuedToken) int { return strings.Compare(a.Hash, b.Hash) })
 	data, err := json.Marshal(sf)
 	if err != nil {
 		return nil, fmt.Errorf("error encoding fakebank state: %w", err)
@@ -102,6 +113,18 @@ func loadState(path string) (*books, error) {
 			return nil, fmt.Errorf("error loading fakebank state %s: consent key points at no consent", path)
 		}
 		bk.consentKeys[e.Key] = e
+	}
+	for _, c := range sf.AuthCodes {
+		if c == nil || c.ConsentSeq < 1 || c.ConsentSeq > int64(len(bk.consents)) {
+			return nil, fmt.Errorf("error loading fakebank state %s: authorisation code of no consent", path)
+		}
+		bk.codes[c.Hash] = c
+	}
+	for _, t := range sf.Tokens {
+		if t == nil || t.ConsentSeq < 0 || t.ConsentSeq > int64(len(bk.consents)) {
+			return nil, fmt.Errorf("error loading fakebank state %s: token of no consent", path)
+		}
+		bk.tokens[t.Hash] = t
 	}
 	return bk, nil
 }

@@ -41,7 +41,7 @@ func setupOBIE(t *testing.T, faults bankclient.Faults, verify *rsa.PublicKey) *o
 	db := dbtest.New(t)
 	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 3, Faults: faults, Profile: "obie", JWSPublicKey: verify})
 	ob := &obieBundle{observed: map[string]int{}, clock: settletest.NewManualClock(time.Now())}
-	client, err := obie.Connector.New(url, bankclient.Options{
+	client, err := obie.New(url, bankclient.Options{
 		Token: "obie-test", SigningKeyFile: keyFile, Timeout: 5 * time.Second,
 		Retry: bankclient.RetryPolicy{MaxAttempts: 1},
 		Observe: func(op, outcome string, _ time.Duration) {
@@ -49,7 +49,7 @@ func setupOBIE(t *testing.T, faults bankclient.Faults, verify *rsa.PublicKey) *o
 			defer ob.mu.Unlock()
 			ob.observed[op+"/"+outcome]++
 		},
-	})
+	}, obie.Config{TokenKey: "cmVjb25jaWxlLXRlc3QtdG9rZW4ta2V5LTMyYnl0ZXM="})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,6 +55,10 @@ func start(t *testing.T, tg Target, faults bankclient.Faults) bundle {
 	t.Helper()
 	bo := tg.Bank
 	bo.Seed, bo.Faults, bo.Profile = 5, faults, tg.Profile
+	if tg.Connector.Capabilities.Authorisation {
+		// Only the account holder's token pays.
+		bo.StrictTokens = true
+	}
 	bank, url := fakebanktest.NewServer(t, bo)
 	opts := tg.Options
 	opts.Timeout = 2 * time.Second
@@ -92,7 +97,52 @@ func (b bundle) request(t *testing.T, ref string) bankclient.PaymentRequest {
 		t.Fatalf("the consent to %s: %+v, %v; want one authorised at once", ref, con, err)
 	}
 	req.ConsentID = con.ID
+	if b.caps.Authorisation {
+		req.Grant = b.authorise(t, con.ID, "state-"+ref)
+	}
 	return req
+}
+
+// testRedirect is the redirect URI the suite's authorisations name; the
+// account holder's browser is not followed there: the suite reads the
+// code from the bank's redirect.
+const testRedirect = "http://127.0.0.1:1/callback"
+
+// authorise runs the account holder's authorisation of consent id (the
+// bank decides at once: consent_delay_ms is 0) and returns the sealed
+// grant of its token, with the bank's faults off.
+func (b bundle) authorise(t *testing.T, id, state string) string {
+	t.Helper()
+	au, ok := b.client.(bankclient.Authoriser)
+	if !ok {
+		t.Fatal("declares Authorisation but does not implement bankclient.Authoriser")
+	}
+	link, err := au.AuthorisationURL(id, state, testRedirect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	browser := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := browser.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	back, err := url.Parse(res.Header.Get("Location"))
+	if err != nil || !strings.HasPrefix(back.String(), testRedirect) || back.Query().Get("state") != state || back.Query().Get("code") == "" {
+		t.Fatalf("authorising consent %s: %d to %q, want a redirect with a code and the state", id, res.StatusCode, res.Header.Get("Location"))
+	}
+	faults := b.bank.Faults()
+	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := au.ExchangeCode(context.Background(), id, state, back.Query().Get("code"), testRedirect)
+	if err := b.bank.SetFaults(faults); err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || g.Sealed == "" {
+		t.Fatalf("exchanging the code of consent %s: %+v, %v", id, g, err)
+	}
+	return g.Sealed
 }
 
 // Run runs the whole suite against tg, each check a parallel subtest on a

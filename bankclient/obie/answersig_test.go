@@ -97,7 +97,7 @@ func TestAnswerSignatures(t *testing.T) {
 				_, _ = w.Write([]byte(tc.body))
 			}))
 			t.Cleanup(srv.Close)
-			c, err := obie.New(srv.URL, bankclient.Options{SigningKeyFile: keyFile(t), Retry: oneAttempt}, obie.Config{BankKeyFile: pubFile})
+			c, err := obie.New(srv.URL, bankclient.Options{SigningKeyFile: keyFile(t), Retry: oneAttempt}, obie.Config{BankKeyFile: pubFile, TokenKey: testTokenKey})
 			if err != nil {
 				t.Fatal(err)
 			}

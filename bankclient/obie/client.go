@@ -77,6 +77,11 @@ type Client struct {
 	observe func(op, outcome string, d time.Duration)
 	limiter *rate.Limiter
 	pace    *pacer
+
+	// The account holder's authorisation (authorise.go).
+	keys                   *keys
+	clientID               string
+	authorizeURL, tokenURL string
 }
 
 var (
@@ -89,7 +94,8 @@ var (
 // participant path prefix; APIPath is appended unless already there),
 // with the bearer token, signing key, client certificate and CAs of opts
 // and the signature claims of cfg. It will not start without a signing
-// key: every POST must be signed.
+// key (every POST must be signed) nor without a token key (the account
+// holders' tokens are kept sealed with it).
 func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
 	base, loopback, err := bankclient.ParseRemote(baseURL, opts, "Open Banking", "access token")
 	if err != nil {
@@ -109,6 +115,37 @@ func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	tokenKey, err := readTokenKey(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := deriveKeys(tokenKey)
+	if err != nil {
+		return nil, err
+	}
+	clientID := cfg.ClientID
+	if clientID == "" {
+		if !loopback {
+			return nil, fmt.Errorf("error configuring Open Banking: no client id at the bank's authorisation server (set %s)", EnvClientID)
+		}
+		clientID = DefaultClientID
+	}
+	authorizeURL, tokenURL := cfg.AuthorizeURL, cfg.TokenURL
+	for _, u := range []*string{&authorizeURL, &tokenURL} {
+		if *u == "" {
+			continue
+		}
+		if pu, err := url.Parse(*u); err != nil || !pu.IsAbs() || (pu.Scheme != "https" && (pu.Scheme != "http" || !loopback)) {
+			return nil, fmt.Errorf("error configuring Open Banking: %s and %s must be absolute https URLs", EnvAuthorizeURL, EnvTokenURL)
+		}
+	}
+	if authorizeURL == "" {
+		authorizeURL = base.Scheme + "://" + base.Host + "/authorize"
+	}
+	if tokenURL == "" {
+		tokenURL = base.Scheme + "://" + base.Host + "/token"
+	}
+
 	path := strings.TrimSuffix(base.EscapedPath(), "/")
 	if !apiPathRE.MatchString(path) {
 		path += APIPath
@@ -124,6 +161,11 @@ func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
 		maxBody: opts.MaxResponseSize,
 		logger:  opts.Logger,
 		observe: opts.Observe,
+
+		keys:         ks,
+		clientID:     clientID,
+		authorizeURL: authorizeURL,
+		tokenURL:     tokenURL,
 	}
 	if opts.Token != "" {
 		c.auth = "Bearer " + opts.Token
@@ -194,7 +236,7 @@ func (c *Client) CreateConsent(ctx context.Context, key string, req bankclient.P
 	if err != nil {
 		return bankclient.Consent{}, fmt.Errorf("error creating consent %s: %w", key, err)
 	}
-	con, err := post(ctx, c, bankclient.OpConsent, key, pathConsents, body, func(a httpAnswer, start time.Time) (bankclient.Consent, answer) {
+	con, err := post(ctx, c, c.auth, bankclient.OpConsent, key, pathConsents, body, func(a httpAnswer, start time.Time) (bankclient.Consent, answer) {
 		if a.status != http.StatusCreated {
 			return bankclient.Consent{}, classifyPost(a)
 		}
@@ -250,7 +292,11 @@ func (c *Client) Send(ctx context.Context, key string, req bankclient.PaymentReq
 	if err != nil {
 		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
 	}
-	res, err := post(ctx, c, bankclient.OpSend, key, pathPayments, body, func(a httpAnswer, start time.Time) (bankclient.SendResult, answer) {
+	auth, err := c.bearer(req)
+	if err != nil {
+		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
+	}
+	res, err := post(ctx, c, auth, bankclient.OpSend, key, pathPayments, body, func(a httpAnswer, start time.Time) (bankclient.SendResult, answer) {
 		if a.status != http.StatusCreated {
 			return bankclient.SendResult{}, classifyPost(a)
 		}
@@ -341,7 +387,7 @@ type answer struct {
 // post sends body to path under key, signed once for the whole call: every
 // attempt is the identical request, signature included (PS256 signatures
 // are randomised, so signing again would change it).
-func post[T any](ctx context.Context, c *Client, op, key, path string, body []byte, parse func(httpAnswer, time.Time) (T, answer)) (T, error) {
+func post[T any](ctx context.Context, c *Client, auth bankclient.Secret, op, key, path string, body []byte, parse func(httpAnswer, time.Time) (T, answer)) (T, error) {
 	var zero T
 	sig, err := c.sign.sign(body, c.now())
 	if err != nil {
@@ -352,7 +398,7 @@ func post[T any](ctx context.Context, c *Client, op, key, path string, body []by
 		if err := c.pace.wait(actx, key); err != nil {
 			return zero, answer{outcome: bankclient.OutcomeAmbiguous, err: fmt.Errorf("error waiting a second between requests under one key: %w", err)}
 		}
-		a, fail := c.roundTrip(actx, http.MethodPost, path, key, body, sig)
+		a, fail := c.roundTrip(actx, auth, http.MethodPost, path, key, body, sig)
 		// The next duplicate waits a second from now: from when this one
 		// was done with, so however long it took to reach the bank, the
 		// bank sees them at least a second apart.
@@ -368,7 +414,7 @@ func post[T any](ctx context.Context, c *Client, op, key, path string, body []by
 func get[T any](ctx context.Context, c *Client, op, path string, parse func(httpAnswer) (T, answer)) (T, error) {
 	var zero T
 	return call(ctx, c, op, "", func(actx context.Context) (T, answer) {
-		a, fail := c.roundTrip(actx, http.MethodGet, path, "", nil, "")
+		a, fail := c.roundTrip(actx, c.auth, http.MethodGet, path, "", nil, "")
 		if fail != nil {
 			return zero, *fail
 		}
@@ -378,7 +424,7 @@ func get[T any](ctx context.Context, c *Client, op, path string, parse func(http
 
 // roundTrip sends one request with the profile's headers and reads its
 // answer. A transport failure comes back as the attempt's answer.
-func (c *Client) roundTrip(ctx context.Context, method, path, key string, body []byte, sig string) (httpAnswer, *answer) {
+func (c *Client) roundTrip(ctx context.Context, auth bankclient.Secret, method, path, key string, body []byte, sig string) (httpAnswer, *answer) {
 	if c.limiter != nil {
 		if err := c.limiter.Wait(ctx); err != nil {
 			return httpAnswer{}, &answer{outcome: bankclient.OutcomeAmbiguous, err: fmt.Errorf("error waiting for the bank rate limit: %w", err)}
@@ -397,8 +443,8 @@ func (c *Client) roundTrip(ctx context.Context, method, path, key string, body [
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "settle-bankclient-obie/1")
 	req.Header.Set(HeaderInteractionID, iid)
-	if c.auth != "" {
-		req.Header.Set("Authorization", string(c.auth))
+	if auth != "" {
+		req.Header.Set("Authorization", string(auth))
 	}
 	if method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")

@@ -28,6 +28,25 @@ const (
 	// acts on must carry an x-jws-signature that verifies with it. Empty:
 	// answers are not verified (mutual TLS vouches for the bank).
 	EnvBankKeyFile = "SETTLE_OBIE_BANK_PUBLIC_KEY_FILE"
+	// EnvTokenKey is the token key: the base64 of 32 random bytes, from
+	// which the keys that seal the account holders' tokens (AES-256-GCM)
+	// and derive the PKCE verifiers are made. Required (or
+	// EnvTokenKeyFile): the connector will not start without it. Changing
+	// it voids the tokens kept and the authorisation links sent.
+	EnvTokenKey = "SETTLE_TOKEN_KEY"
+	// EnvTokenKeyFile is a file holding the token key (see EnvTokenKey).
+	EnvTokenKeyFile = "SETTLE_TOKEN_KEY_FILE"
+	// EnvClientID is our client id at the bank's authorisation server
+	// (OAuth client_id, given at registration). Required unless the bank
+	// is on this machine (DefaultClientID).
+	EnvClientID = "SETTLE_OBIE_CLIENT_ID"
+	// EnvAuthorizeURL and EnvTokenURL are the bank's authorization and
+	// token endpoints (its OpenID configuration's authorization_endpoint
+	// and token_endpoint). Default: /authorize and /token at the bank's
+	// host.
+	EnvAuthorizeURL = "SETTLE_OBIE_AUTHORIZE_URL"
+	EnvTokenURL     = "SETTLE_OBIE_TOKEN_URL" //nolint:gosec // the name of a variable holding a URL, not a credential
+
 )
 
 // Defaults of Config.
@@ -38,6 +57,8 @@ const (
 	// DefaultTAN is the Open Banking Directory's domain, the value the
 	// profile gives for it.
 	DefaultTAN = "openbanking.org.uk"
+	// DefaultClientID is our client id at a bank on this machine.
+	DefaultClientID = "settle"
 )
 
 // Config is what the connector needs beyond bankclient.Options: the
@@ -52,6 +73,15 @@ type Config struct {
 	KID string
 	// BankKeyFile is the bank's public key (see EnvBankKeyFile).
 	BankKeyFile string
+	// TokenKey (base64) or TokenKeyFile is the token key (see
+	// EnvTokenKey); one is required.
+	TokenKey, TokenKeyFile string
+	// ClientID is our client id at the authorisation server (see
+	// EnvClientID); empty: DefaultClientID for a loopback bank.
+	ClientID string
+	// AuthorizeURL and TokenURL are the authorisation server's endpoints
+	// (see EnvAuthorizeURL); empty: /authorize and /token at the bank.
+	AuthorizeURL, TokenURL string
 	// Now is the clock of the signature's iat claim and of the replay
 	// heuristic. Nil: time.Now.
 	Now func() time.Time
@@ -60,7 +90,9 @@ type Config struct {
 // ConfigFromEnv reads Config from the environment through getenv (pass
 // os.Getenv).
 func ConfigFromEnv(getenv func(string) string) Config {
-	return Config{ISS: getenv(EnvISS), TAN: getenv(EnvTAN), KID: getenv(EnvKID), BankKeyFile: getenv(EnvBankKeyFile)}
+	return Config{ISS: getenv(EnvISS), TAN: getenv(EnvTAN), KID: getenv(EnvKID), BankKeyFile: getenv(EnvBankKeyFile),
+		TokenKey: getenv(EnvTokenKey), TokenKeyFile: getenv(EnvTokenKeyFile), ClientID: getenv(EnvClientID),
+		AuthorizeURL: getenv(EnvAuthorizeURL), TokenURL: getenv(EnvTokenURL)}
 }
 
 // getenv is where Connector.New reads the environment: the connector's

@@ -22,8 +22,12 @@ import (
 // of the key the connector signs with.
 func target(t *testing.T) connectortest.Target {
 	t.Helper()
+	conn := obie.Connector
+	conn.New = func(u string, opts bankclient.Options) (bankclient.Bank, error) {
+		return obie.New(u, opts, obie.Config{TokenKey: testTokenKey})
+	}
 	return connectortest.Target{
-		Connector: obie.Connector,
+		Connector: conn,
 		Profile:   "obie",
 		Options:   bankclient.Options{Token: "conformance-access-token", SigningKeyFile: keyFile(t)},
 		Bank:      fakebank.Options{JWSPublicKey: &testKey().PublicKey},
@@ -94,7 +98,7 @@ func TestAnswersSignedByTheBank(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := obie.New(u, bankclient.Options{Token: "tok", SigningKeyFile: keyFile(t), Retry: oneAttempt},
-		obie.Config{BankKeyFile: writePEM(t, "fakebank.pem", "PUBLIC KEY", der)})
+		obie.Config{BankKeyFile: writePEM(t, "fakebank.pem", "PUBLIC KEY", der), TokenKey: testTokenKey})
 	if err != nil {
 		t.Fatal(err)
 	}

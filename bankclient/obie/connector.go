@@ -116,6 +116,7 @@ var Capabilities = bankclient.Capabilities{
 	Currencies:              Currencies,
 	MaxAmounts:              MaxAmounts,
 	Consent:                 true,
+	Authorisation:           true,
 	ReturnsOnStatementsOnly: true,
 	NoList:                  true,
 }

@@ -75,7 +75,7 @@ func newClient(t testing.TB, u string, opts bankclient.Options) *obie.Client {
 	if opts.Token == "" {
 		opts.Token = "test-access-token"
 	}
-	c, err := obie.New(u, opts, obie.Config{ISS: "0015800001041RHAAY/HQuZPIt3ipkh33Uxytox1E"})
+	c, err := obie.New(u, opts, obie.Config{ISS: "0015800001041RHAAY/HQuZPIt3ipkh33Uxytox1E", TokenKey: testTokenKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,3 +281,6 @@ func verifyJWSHeader(sig string, body []byte, pub *rsa.PublicKey) (map[string]an
 	}
 	return h, nil
 }
+
+// testTokenKey is the token key of the tests' clients.
+const testTokenKey = "c2V0dGxlLXRlc3QtdG9rZW4ta2V5LTMyLWJ5dGVzISE="

@@ -96,7 +96,7 @@ func TestConfiguredClaims(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	t.Cleanup(srv.Close)
-	env := map[string]string{obie.EnvISS: "org/ssa", obie.EnvTAN: "anchor.example", obie.EnvKID: "kid-7"}
+	env := map[string]string{obie.EnvISS: "org/ssa", obie.EnvTAN: "anchor.example", obie.EnvKID: "kid-7", obie.EnvTokenKey: testTokenKey}
 	cfg := obie.ConfigFromEnv(func(k string) string { return env[k] })
 	c, err := obie.New(srv.URL, bankclient.Options{SigningKeyFile: keyFile(t), Retry: oneAttempt}, cfg)
 	if err != nil {
@@ -148,7 +148,7 @@ func TestNoSigningKeyNoStart(t *testing.T) {
 		{"a 1024-bit key", writePEM(t, "small.pem", "PRIVATE KEY", smallDER), false},
 		{"a certificate", writePEM(t, "cert.pem", "CERTIFICATE", []byte{1, 2, 3}), false},
 	} {
-		_, err := obie.New("http://127.0.0.1:1", bankclient.Options{SigningKeyFile: tc.file}, obie.Config{})
+		_, err := obie.New("http://127.0.0.1:1", bankclient.Options{SigningKeyFile: tc.file}, obie.Config{TokenKey: testTokenKey})
 		switch {
 		case tc.ok && err != nil:
 			t.Errorf("%s: %v", tc.name, err)

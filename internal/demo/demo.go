@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/obie"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/metrics"
@@ -227,7 +229,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 			return Report{}, err
 		}
 		jwsKey = &key.PublicKey
-		workerEnv = []string{bankclient.EnvSigningKeyFile + "=" + path, bankclient.EnvToken + "=" + randomToken()}
+		workerEnv = []string{bankclient.EnvSigningKeyFile + "=" + path, bankclient.EnvToken + "=" + randomToken(), obie.EnvTokenKey + "=" + randomTokenKey()}
 	}
 	bank, err := startBank(o.Seed, faults, o.Bank, jwsKey)
 	if err != nil {
@@ -756,6 +758,14 @@ func merge(a, b submit.Summary) submit.Summary {
 	a.DurationSeconds += b.DurationSeconds
 	a.Problems = append(a.Problems, b.Problems...)
 	return a
+}
+
+// randomTokenKey is a token key for the demo's obie worker: the account
+// holders' tokens it keeps are sealed with it.
+func randomTokenKey() string {
+	b := make([]byte, obie.TokenKeyLen)
+	_, _ = rand.Read(b)
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 func randomToken() string {

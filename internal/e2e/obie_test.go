@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
-	_ "github.com/settle/settle/bankclient/obie" // the obie connector, for --bank obie
+	"github.com/settle/settle/bankclient/obie" // the obie connector, for --bank obie
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/obietest"
 	"github.com/settle/settle/intake"
@@ -21,6 +21,9 @@ import (
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/reconcile"
 )
+
+// obieTokenKey is the workers' token key (obie.EnvTokenKey).
+const obieTokenKey = "ZTJlLXRva2VuLWtleS1vZi10aGlydHktdHdvLWJ5dGU="
 
 // obieBeneficiary is a creditor account the obie connector can route.
 const obieBeneficiary = "SortCodeAccountNumber:08080021325698:ACME Ltd"
@@ -36,7 +39,7 @@ func startOBIE(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []str
 	t.Helper()
 	key, path, _ := obietest.SigningKey(t)
 	b := startBankOpts(t, fakebank.Options{Seed: seed, Faults: faults, Profile: "obie", JWSPublicKey: &key.PublicKey}, "obie")
-	return b, []string{bankclient.EnvSigningKeyFile + "=" + path, bankclient.EnvToken + "=obie-e2e-token"}
+	return b, []string{bankclient.EnvSigningKeyFile + "=" + path, bankclient.EnvToken + "=obie-e2e-token", obie.EnvTokenKey + "=" + obieTokenKey}
 }
 
 // TestCrashPointsOBIE is TestCrashPoints through the UK Open Banking
