@@ -305,6 +305,17 @@ func TestStatementsPanelAndUnmatchedLines(t *testing.T) {
 	if r := b.request(t, http.MethodGet, "/console/statements?after=x", nil, nil); r.code != http.StatusBadRequest {
 		t.Errorf("bad cursor = %d", r.code)
 	}
+	// A line's counterparty, as the bank reports it, is shown.
+	im.Accounts = append(im.Accounts, "acc-cp")
+	if _, err := im.Import(t.Context(), "cp.sta", strings.NewReader(":20:CP\n:25:acc-cp\n:28C:1/1\n:60F:C300101EUR100,00\n"+
+		":61:3001010101D15,00NTRFNONREF//B-1\n:86:/EREF/nobody-of-ours/IBAN/GB29NWBK60161331926819/NAME/Ada <Lovelace>\n"+
+		":62F:C300101EUR85,00\n")); err != nil {
+		t.Fatal(err)
+	}
+	r = b.request(t, http.MethodGet, "/console/statements", nil, nil)
+	if !strings.Contains(r.body, "Ada &lt;Lovelace&gt; <code class=\"wrap small\">GB29NWBK60161331926819</code>") {
+		t.Errorf("unmatched lines without the counterparty:\n%.6000s", r.body)
+	}
 }
 
 // TestStoryShowsEventsAndAttempts: with a webhook sink that refuses the

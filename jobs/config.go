@@ -24,6 +24,7 @@ const (
 	DefaultSweepInterval          = 5 * time.Second
 	DefaultSweepBatch             = 1000
 	DefaultRetentionInterval      = time.Hour
+	DefaultRematchInterval        = time.Minute
 	DefaultJobTimeout             = time.Minute
 	DefaultFetchPollInterval      = time.Second
 	DefaultFetchCooldown          = 5 * time.Millisecond
@@ -65,6 +66,9 @@ type Deps struct {
 	SweepBatch int
 	// RetentionInterval is how often old receipts are deleted.
 	RetentionInterval time.Duration
+	// RematchInterval is how often the statement lines without a match
+	// are examined again (RematchWorker).
+	RematchInterval time.Duration
 	// ReplayHorizon is --replay-horizon: receipts older than this, of
 	// terminal settlements, are deleted.
 	ReplayHorizon time.Duration
@@ -115,6 +119,9 @@ func (d Deps) withDefaults() Deps {
 	}
 	if d.RetentionInterval <= 0 {
 		d.RetentionInterval = DefaultRetentionInterval
+	}
+	if d.RematchInterval <= 0 {
+		d.RematchInterval = DefaultRematchInterval
 	}
 	if d.ReplayHorizon <= 0 {
 		d.ReplayHorizon = intake.DefaultReplayHorizon
@@ -208,6 +215,7 @@ func NewWorkers(deps Deps) *river.Workers {
 	river.AddWorker(workers, &ReconcileWorker{router: rt, logger: d.Logger, now: d.Now})
 	river.AddWorker(workers, &SweepWorker{pool: d.Pool, now: d.Now, lease: lease(d), period: uniquePeriod(d), batch: d.SweepBatch, logger: d.Logger, served: d.Banks()})
 	river.AddWorker(workers, &RetentionWorker{pool: d.Pool, now: d.Now, horizon: d.ReplayHorizon, batch: 1000, logger: d.Logger})
+	river.AddWorker(workers, &RematchWorker{pool: d.Pool, now: d.Now, logger: d.Logger})
 	return workers
 }
 
@@ -232,7 +240,8 @@ func lease(d Deps) time.Duration {
 	return l
 }
 
-// PeriodicJobs returns the sweep and retention periodic jobs. Configure them
+// PeriodicJobs returns the sweep, retention and statement_rematch periodic
+// jobs. Configure them
 // on every worker process: River enqueues them from the elected leader only,
 // so whichever process leads runs them. They are not unique: a second run
 // after a change of leader is harmless (the sweep claims rows with SKIP
@@ -246,6 +255,9 @@ func PeriodicJobs(deps Deps) []*river.PeriodicJob {
 		river.NewPeriodicJob(river.PeriodicInterval(d.RetentionInterval), func() (river.JobArgs, *river.InsertOpts) {
 			return RetentionArgs{}, nil
 		}, &river.PeriodicJobOpts{ID: "retention", RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(d.RematchInterval), func() (river.JobArgs, *river.InsertOpts) {
+			return RematchArgs{}, nil
+		}, &river.PeriodicJobOpts{ID: "statement_rematch", RunOnStart: true}),
 	}
 }
 

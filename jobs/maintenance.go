@@ -37,6 +37,38 @@ func (RetentionArgs) Kind() string { return "retention" }
 // InsertOpts puts the job on the maintenance queue.
 func (RetentionArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueMaintenance} }
 
+// RematchArgs examines again the statement lines no settlement explained
+// when they were imported (reconcile.Rematcher). It is a periodic job.
+type RematchArgs struct{}
+
+// Kind is the River job kind.
+func (RematchArgs) Kind() string { return "statement_rematch" }
+
+// InsertOpts puts the job on the maintenance queue.
+func (RematchArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueMaintenance} }
+
+// RematchWorker works statement_rematch: a line imported before its
+// settlement existed, or before its reference was known, is matched to it
+// and booked (paid or returned, as the import books a matched line).
+// Suggestions are left to settle reconcile bank --statements, which asks
+// for them: they compare each unmatched line with every settlement of its
+// amount.
+type RematchWorker struct {
+	river.WorkerDefaults[RematchArgs]
+	pool   *pgxpool.Pool
+	now    func() time.Time
+	logger *slog.Logger
+}
+
+// Work examines the unmatched lines once.
+func (w *RematchWorker) Work(ctx context.Context, _ *river.Job[RematchArgs]) error {
+	r := &reconcile.Rematcher{DB: w.pool, Returns: &reconcile.Resolver{DB: w.pool, Now: w.now}, Now: w.now, Log: w.logger}
+	if _, err := r.Run(ctx); err != nil {
+		return fmt.Errorf("error examining the unmatched statement lines: %w", err)
+	}
+	return nil
+}
+
 // SweepWorker works sweep. It claims due settlements by pushing their
 // next_check_at one lease ahead, and in the same transaction enqueues for
 // each a send_instruction (pending, never attempted: its job was lost) or a

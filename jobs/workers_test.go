@@ -448,3 +448,31 @@ func TestCheckNowAsksAfterTheHint(t *testing.T) {
 		t.Fatalf("a hint beside the settlement's own check due in an hour: %d waiting of %d jobs, want 2 of 2", w, a)
 	}
 }
+
+// TestRematchMatchesALineImportedBeforeItsSettlement: a statement line
+// imported before its settlement existed is matched by the worker's
+// periodic statement_rematch once the settlement is paid, with nothing
+// booked twice (the one invariant checker, against the bank's books).
+func TestRematchMatchesALineImportedBeforeItsSettlement(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bankclient.Faults{}, true, func(d *Deps) { d.RematchInterval = 100 * time.Millisecond })
+	ctx := context.Background()
+	ref := bankclient.Capabilities{}.Reference("rm-1")
+	file := ":20:EARLY\n:25:acc-rm\n:28C:1/1\n:60F:C300101EUR100,00\n" +
+		":61:3001010101D15,00NTRFNONREF//B-1\n:86:/EREF/" + ref + "/NAME/bene-rm-1\n:62F:C300101EUR85,00\n"
+	im := &reconcile.StatementImporter{DB: b.db.Pool, Accounts: []string{"acc-rm"}}
+	res, err := im.Import(ctx, "early.sta", strings.NewReader(file))
+	if err != nil || res.Matched != 0 || res.Unmatched != 1 {
+		t.Fatalf("import before the settlement: %+v, %v; want one unmatched line", res, err)
+	}
+	b.submit(t, "rm-1", 1500)
+	waitTerminal(t, b.db, 1)
+	settletest.Wait(t, "the line to be matched", func() (bool, string) {
+		var match, sid string
+		if err := b.db.Pool.QueryRow(ctx, `SELECT match, coalesce(settlement_id, '') FROM bank_statement_entries`).Scan(&match, &sid); err != nil {
+			t.Fatal(err)
+		}
+		return match == "reference" && sid == "rm-1", "line " + match + " " + sid
+	})
+	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+}

@@ -46,6 +46,11 @@ type StatementLine struct {
 	ValueOn          *string `json:"value_on"`
 	Reversal         bool    `json:"reversal"`
 	ReturnReason     *string `json:"return_reason"`
+	// Counterparty and CounterpartyAccount are the other party's name and
+	// account as the bank reports them (statement.Transaction); empty when
+	// the file does not say.
+	Counterparty        string `json:"counterparty,omitempty"`
+	CounterpartyAccount string `json:"counterparty_account,omitempty"`
 	// Problem, for a line matched by reference, says why it books nothing
 	// on its settlement (see lineProblemSQL); empty when nothing stands in
 	// its way.
@@ -115,12 +120,14 @@ const lineSelect = `SELECT e.settlement_id, coalesce(e.suggested_settlement_id, 
 	f.file_name, st.digest, st.account, e.position, e.tx_index, e.tx_count, e.entry_ref, e.end_to_end_id,
 	e.amount_minor, e.entry_amount_minor, e.currency, e.direction, to_char(e.booked_on, 'YYYY-MM-DD'),
 	to_char(e.value_on, 'YYYY-MM-DD'), e.reversal, e.return_reason,
+	coalesce(e.counterparty, ''), coalesce(e.counterparty_account, ''),
 	coalesce((SELECT ` + lineProblemSQL + ` FROM settlements s WHERE s.settlement_id = e.settlement_id), '')`
 
 func (l *StatementLine) scanTargets() []any {
 	return []any{&l.SettlementID, &l.SuggestedSettlementID, &l.Suggestion, &l.File, &l.Statement, &l.Account,
 		&l.Position, &l.TxIndex, &l.TxCount, &l.EntryRef, &l.EndToEndID, &l.AmountMinor, &l.EntryAmountMinor,
-		&l.Currency, &l.Direction, &l.BookedOn, &l.ValueOn, &l.Reversal, &l.ReturnReason, &l.Problem}
+		&l.Currency, &l.Direction, &l.BookedOn, &l.ValueOn, &l.Reversal, &l.ReturnReason,
+		&l.Counterparty, &l.CounterpartyAccount, &l.Problem}
 }
 
 // eachLine runs sql (which starts with lineSelect) and calls fn for each

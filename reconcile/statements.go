@@ -359,24 +359,31 @@ type bookLine struct {
 	facts     LineFacts
 }
 
-// book hands the matched lines of the file with digest to the resolver,
-// payments first, then returns: every debit that may pay a settlement
-// whose outcome settle does not know (sent, uncertain, or pending after an
-// attempt) to Resolver.ApplyPaid, the statement being the bank's word that
-// it executed the payment; every credit to Resolver.ApplyReturn, which
-// books it only when it is a return of the settlement's amount and
-// currency. A line that cannot be booked never stops the others: the
-// errors are returned together at the end.
+// book hands the matched lines of the file with digest to the resolver
+// (bookLines).
 func (im *StatementImporter) book(ctx context.Context, digest string) error {
-	rows, err := im.DB.Query(ctx, `SELECT e.settlement_id, e.direction, e.amount_minor, e.currency, e.reversal,
+	return bookLines(ctx, im.DB, im.Returns, im.log(), "f.digest = $1", digest)
+}
+
+// bookLines hands the matched lines in scope (a condition on e, the line,
+// and f, its file, with one parameter, arg) to res, payments first, then
+// returns: every debit that may pay a settlement whose outcome settle does
+// not know (sent, uncertain, or pending after an attempt) to
+// Resolver.ApplyPaid, the statement being the bank's word that it executed
+// the payment; every credit to Resolver.ApplyReturn, which books it only
+// when it is a return of the settlement's amount and currency. A line that
+// cannot be booked never stops the others: the errors are returned
+// together at the end.
+func bookLines(ctx context.Context, db *pgxpool.Pool, res *Resolver, log *slog.Logger, scope string, arg any) error {
+	rows, err := db.Query(ctx, `SELECT e.settlement_id, e.direction, e.amount_minor, e.currency, e.reversal,
 		coalesce(e.return_reason, ''), coalesce(e.entry_ref, ''), st.seq, e.position, e.tx_index
 		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
 		JOIN bank_statement_files f ON f.id = st.file_id
 		JOIN settlements s ON s.settlement_id = e.settlement_id
-		WHERE f.digest = $1
+		WHERE (`+scope+`)
 		  AND (e.direction = 'credit'
 		       OR (NOT e.reversal AND (s.state IN ('sent', 'uncertain') OR (s.state = 'pending' AND s.first_attempt_at IS NOT NULL))))
-		ORDER BY e.direction = 'credit', st.seq, e.position, e.tx_index`, digest)
+		ORDER BY e.direction = 'credit', f.id, st.seq, e.position, e.tx_index`, arg)
 	if err != nil {
 		return fmt.Errorf("error reading the matched lines of the statement: %w", err)
 	}
@@ -407,16 +414,16 @@ func (im *StatementImporter) book(ctx context.Context, digest string) error {
 			err error
 		)
 		if l.direction == "credit" {
-			out, err = im.Returns.ApplyReturn(ctx, l.id, "statement", l.facts)
+			out, err = res.ApplyReturn(ctx, l.id, "statement", l.facts)
 		} else {
-			out, err = im.Returns.ApplyPaid(ctx, l.id, "statement", l.facts)
+			out, err = res.ApplyPaid(ctx, l.id, "statement", l.facts)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("error booking line %s of settlement %s: %w", l.facts.Line, l.id, err))
 			continue
 		}
 		if out.State != out.From || out.FlagReason != "" {
-			im.log().Info("statement: line booked", "settlement_id", l.id, "line", l.facts.Line, "direction", l.direction,
+			log.Info("statement: line booked", "settlement_id", l.id, "line", l.facts.Line, "direction", l.direction,
 				"from", out.From, "to", out.State, "needs_investigation", out.FlagReason)
 		}
 	}
@@ -443,7 +450,7 @@ func (im *StatementImporter) stage(ctx context.Context, tx pgx.Tx, name string, 
 		stmt_seq integer NOT NULL, position integer NOT NULL, tx_index integer NOT NULL, tx_count integer NOT NULL,
 		entry_ref text, entry_amount_minor bigint NOT NULL, amount_minor bigint, currency text NOT NULL,
 		direction text NOT NULL, booked_on date, value_on date, end_to_end_id text, reversal boolean NOT NULL,
-		return_reason text, counterparty text) ON COMMIT DROP`,
+		return_reason text, counterparty text, counterparty_account text) ON COMMIT DROP`,
 		`CREATE TEMP TABLE ` + importStmtTable + ` (seq integer NOT NULL, account text, currency text,
 		opening_minor bigint, closing_minor bigint, balanced boolean, entries integer NOT NULL) ON COMMIT DROP`,
 	} {
@@ -473,7 +480,7 @@ func (im *StatementImporter) store(ctx context.Context, tx pgx.Tx, fileID int64,
 	if _, err := tx.Exec(ctx, insertLinesSQL, fileID); err != nil {
 		return fmt.Errorf("error storing the entries: %w", err)
 	}
-	if _, err := tx.Exec(ctx, suggestSQL, fileID); err != nil {
+	if _, err := tx.Exec(ctx, suggestSQL("st.file_id = $1"), fileID); err != nil {
 		return fmt.Errorf("error looking for suggestions: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE bank_statement_files SET statements = $2, entries = $3 WHERE id = $1`,
@@ -494,35 +501,37 @@ func (im *StatementImporter) store(ctx context.Context, tx pgx.Tx, fileID int64,
 const insertLinesSQL = `
 	INSERT INTO bank_statement_entries (statement_id, position, tx_index, tx_count, entry_ref, entry_amount_minor,
 		amount_minor, currency, direction, booked_on, value_on, end_to_end_id, reversal, return_reason,
-		settlement_id, match)
+		counterparty, counterparty_account, settlement_id, match)
 	SELECT st.id, l.position, l.tx_index, l.tx_count, l.entry_ref, l.entry_amount_minor,
 	       l.amount_minor, l.currency, l.direction, l.booked_on, l.value_on, l.end_to_end_id, l.reversal, l.return_reason,
-	       s.settlement_id, CASE WHEN s.settlement_id IS NULL THEN 'none' ELSE 'reference' END
+	       l.counterparty, l.counterparty_account, s.settlement_id, CASE WHEN s.settlement_id IS NULL THEN 'none' ELSE 'reference' END
 	FROM ` + importStageTable + ` l
 	JOIN bank_statements st ON st.file_id = $1 AND st.seq = l.stmt_seq
 	LEFT JOIN settlements s ON coalesce(s.bank_reference, s.settlement_id) = l.end_to_end_id
 	ORDER BY l.stmt_seq, l.position, l.tx_index`
 
-// suggestSQL proposes, for each line of the file without a reference
-// match, the settlement it most likely is: a debit (not a reversal) for a
-// settlement that may have been paid (sent, uncertain, confirmed,
+// suggestSQL proposes, for each line in scope without a reference match
+// (scope is a condition on e, the line, and st, its statement, with one
+// parameter), the settlement it most likely is: a debit (not a reversal)
+// for a settlement that may have been paid (sent, uncertain, confirmed,
 // returned), booked within 10 days of the settlement's creation; a credit
 // for a paid one (confirmed, returned), within 90 days (returns come
 // weeks later); same amount and currency; a settlement that already has a
 // line of that direction matched by reference is no candidate. A
 // candidate whose beneficiary is the line's counterparty (the name the
-// bank reports, compared without case) comes first, then the closest
-// date, then the smallest id. The counterparty is read from the staged
-// lines: it ranks, it is not stored.
-const suggestSQL = `
+// bank reports, compared without case, or its account, compared without
+// spaces and case) comes first, then the closest date, then the smallest
+// id.
+func suggestSQL(scope string) string {
+	return `
 	WITH cand AS (
 		SELECT DISTINCT ON (e.id) e.id, s.settlement_id, count(*) OVER (PARTITION BY e.id) AS n,
-		       coalesce(lower(btrim(l.counterparty)) = lower(btrim(s.beneficiary)), false) AS same_party
+		       coalesce(lower(btrim(e.counterparty)) = lower(btrim(s.beneficiary)), false)
+		       OR coalesce(upper(e.counterparty_account) = upper(replace(s.beneficiary, ' ', '')), false) AS same_party
 		FROM bank_statement_entries e
 		JOIN bank_statements st ON st.id = e.statement_id
-		JOIN ` + importStageTable + ` l ON l.stmt_seq = st.seq AND l.position = e.position AND l.tx_index = e.tx_index
 		JOIN settlements s ON s.amount_cents = e.amount_minor AND s.currency = e.currency
-		WHERE st.file_id = $1 AND e.match = 'none'
+		WHERE (` + scope + `) AND e.match = 'none'
 		  AND ((e.direction = 'debit' AND NOT e.reversal AND s.state IN ('sent', 'uncertain', 'confirmed', 'returned')
 		        AND (e.booked_on IS NULL OR e.booked_on BETWEEN (s.created_at AT TIME ZONE 'UTC')::date - 1
 		                                                    AND (s.created_at AT TIME ZONE 'UTC')::date + 10))
@@ -539,6 +548,7 @@ const suggestSQL = `
 	                      ELSE 'one of ' || cand.n || ' settlements with this amount and currency around this date' END
 	                 || CASE WHEN cand.same_party THEN ', and its beneficiary is the counterparty' ELSE '' END
 	FROM cand WHERE e.id = cand.id`
+}
 
 // importHandler receives the decoded file and stages its lines.
 type importHandler struct {
@@ -555,7 +565,7 @@ type importHandler struct {
 
 var stageColumns = []string{"stmt_seq", "position", "tx_index", "tx_count", "entry_ref", "entry_amount_minor",
 	"amount_minor", "currency", "direction", "booked_on", "value_on", "end_to_end_id", "reversal", "return_reason",
-	"counterparty"}
+	"counterparty", "counterparty_account"}
 
 func (h *importHandler) Entry(st *statement.Statement, e statement.Entry) error {
 	if !h.checked {
@@ -576,16 +586,17 @@ func (h *importHandler) Entry(st *statement.Statement, e statement.Entry) error 
 	if err != nil {
 		return err
 	}
-	row := func(i, n int, ref string, amount *int64, reason, party string) []any {
+	row := func(i, n int, amount *int64, t statement.Transaction) []any {
 		return []any{h.seq + 1, h.pos, i, n, nullText(e.EntryRef), e.AmountMinor, amount, e.Currency,
-			string(e.Direction), booked, value, nullText(ref), e.Reversal, nullText(reason), nullText(party)}
+			string(e.Direction), booked, value, nullText(t.Reference), e.Reversal, nullText(t.ReturnReason),
+			nullText(t.Counterparty), nullText(t.CounterpartyAccount)}
 	}
 	if len(e.Transactions) == 0 {
 		amount := e.AmountMinor
-		h.rows = append(h.rows, row(1, 0, "", &amount, e.ReturnReason, ""))
+		h.rows = append(h.rows, row(1, 0, &amount, statement.Transaction{ReturnReason: e.ReturnReason}))
 	}
 	for i, t := range e.Transactions {
-		h.rows = append(h.rows, row(i+1, len(e.Transactions), t.Reference, t.AmountMinor, t.ReturnReason, t.Counterparty))
+		h.rows = append(h.rows, row(i+1, len(e.Transactions), t.AmountMinor, t))
 	}
 	if len(h.rows) >= importCopyBatch {
 		if err := h.flush(); err != nil {

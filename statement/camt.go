@@ -44,6 +44,8 @@ const (
 	fRtrPrtry                 // TxDtls/RtrInf/Rsn/Prtry
 	fCdtrNm                   // TxDtls/RltdPties/Cdtr/Nm (Cdtr/Pty/Nm from .08)
 	fDbtrNm                   // TxDtls/RltdPties/Dbtr/Nm (Dbtr/Pty/Nm from .08)
+	fCdtrAcct                 // TxDtls/RltdPties/CdtrAcct/Id/IBAN or Id/Othr/Id
+	fDbtrAcct                 // TxDtls/RltdPties/DbtrAcct/Id/IBAN or Id/Othr/Id
 	fTxAmt                    // TxDtls/Amt, then AmtDtls/TxAmt, CntrValAmt, InstdAmt /Amt (fTxAmt+i)
 )
 
@@ -111,9 +113,12 @@ type camtParser struct {
 	rtrPrtry string
 	cdtrNm   string
 	dbtrNm   string
-	// parties holds each TxDtls's creditor and debtor names until the
-	// entry's direction says which is the counterparty.
-	parties [][2]string
+	cdtrAcct string
+	dbtrAcct string
+	// parties holds each TxDtls's creditor and debtor (names and
+	// accounts) until the entry's direction says which is the
+	// counterparty.
+	parties [][2]party
 
 	// The element whose text is being captured.
 	capturing bool
@@ -309,6 +314,17 @@ func (p *camtParser) classify(n string, depth int) (field, bool) {
 					return f, true
 				}
 			}
+			if n == "IBAN" && p.parent(1) == "Id" && p.parent(3) == "RltdPties" {
+				if f, ok := partyAccount(p.parent(2)); ok {
+					return f, true
+				}
+			}
+		case 5:
+			if n == "Id" && p.parent(1) == "Othr" && p.parent(2) == "Id" && p.parent(4) == "RltdPties" {
+				if f, ok := partyAccount(p.parent(3)); ok {
+					return f, true
+				}
+			}
 		}
 	case p.inNtry:
 		switch depth - p.ntryDepth {
@@ -339,7 +355,7 @@ func (p *camtParser) classify(n string, depth int) (field, bool) {
 				p.tx = Transaction{}
 				p.txAmt = [txAmounts]camtAmount{}
 				p.returned, p.rtrCd, p.rtrPrtry = false, "", ""
-				p.cdtrNm, p.dbtrNm = "", ""
+				p.cdtrNm, p.dbtrNm, p.cdtrAcct, p.dbtrAcct = "", "", "", ""
 			}
 		}
 	case p.bal != nil:
@@ -525,6 +541,14 @@ func (p *camtParser) captured() error {
 		p.cdtrNm = s
 	case fDbtrNm:
 		p.dbtrNm = s
+	case fCdtrAcct:
+		if p.cdtrAcct == "" { // an IBAN comes before Othr in the schema
+			p.cdtrAcct = s
+		}
+	case fDbtrAcct:
+		if p.dbtrAcct == "" {
+			p.dbtrAcct = s
+		}
 	default:
 		if f >= fTxAmt {
 			p.txAmt[f-fTxAmt] = amt
@@ -580,7 +604,7 @@ func (p *camtParser) endTx() {
 		}
 	}
 	p.e.Transactions = append(p.e.Transactions, p.tx)
-	p.parties = append(p.parties, [2]string{p.cdtrNm, p.dbtrNm})
+	p.parties = append(p.parties, [2]party{{p.cdtrNm, p.cdtrAcct}, {p.dbtrNm, p.dbtrAcct}})
 }
 
 // partyName is the field of a related party's name: the creditor's or the
@@ -594,6 +618,21 @@ func partyName(party string) (field, bool) {
 	}
 	return fNone, false
 }
+
+// partyAccount is the field of a related party's account: the
+// creditor's or the debtor's.
+func partyAccount(acct string) (field, bool) {
+	switch acct {
+	case "CdtrAcct":
+		return fCdtrAcct, true
+	case "DbtrAcct":
+		return fDbtrAcct, true
+	}
+	return fNone, false
+}
+
+// party is a related party of a transaction as a file names it.
+type party struct{ name, account string }
 
 func (p *camtParser) endNtry() error {
 	e := &p.e
@@ -615,11 +654,12 @@ func (p *camtParser) endNtry() error {
 	}
 	// The counterparty is the creditor of a debit, the debtor of a credit.
 	for i := range e.Transactions {
-		cdtr, dbtr := p.parties[i][0], p.parties[i][1]
-		e.Transactions[i].Counterparty = cdtr
+		other := p.parties[i][0]
 		if e.Direction == Credit {
-			e.Transactions[i].Counterparty = dbtr
+			other = p.parties[i][1]
 		}
+		e.Transactions[i].Counterparty = other.name
+		e.Transactions[i].CounterpartyAccount = strings.ReplaceAll(other.account, " ", "")
 	}
 	if len(e.Transactions) == 1 && e.Transactions[0].AmountMinor == nil {
 		v := e.AmountMinor

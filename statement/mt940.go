@@ -405,9 +405,10 @@ var sepaIDs = []string{"EREF+", "KREF+", "MREF+", "CRED+", "DEBT+", "COAM+", "OA
 // the Dutch /EREF/, and a return reason from /RTRN/.
 func (p *mt940Parser) information(s string) {
 	e := p.pending
-	ref, reason, name := "", "", ""
+	ref, reason, name, account := "", "", "", ""
 	if len(s) >= 4 && isDigits(s[:3]) && (s[3] == '?' || s[3] == '>') {
 		name = germanSubfields(s, s[3], func(code string) bool { return code == "32" || code == "33" })
+		account = germanSubfields(s, s[3], func(code string) bool { return code == "31" })
 		purpose := germanPurpose(s, s[3])
 		if i := strings.Index(purpose, "EREF+"); i >= 0 {
 			v := purpose[i+5:]
@@ -423,12 +424,24 @@ func (p *mt940Parser) information(s string) {
 		ref = slashField(s, "/EREF/")
 		reason = slashField(s, "/RTRN/")
 		name = slashField(s, "/NAME/")
+		account = slashField(s, "/IBAN/")
+		// ING's /CNTP/account/BIC/name/city/ names the other party in
+		// one field.
+		if cntp := slashFields(s, "/CNTP/", 3); cntp != nil {
+			if account == "" {
+				account = cntp[0]
+			}
+			if name == "" {
+				name = cntp[2]
+			}
+		}
 	}
 	if reason == "" && p.pendingRTI {
 		reason = "RTI"
 	}
 	e.Transactions[0].Reference = noRef(ref)
 	e.Transactions[0].Counterparty = strings.TrimSpace(name)
+	e.Transactions[0].CounterpartyAccount = strings.ReplaceAll(strings.TrimSpace(account), " ", "")
 	e.ReturnReason = strings.TrimSpace(reason)
 	e.Transactions[0].ReturnReason = e.ReturnReason
 }
@@ -483,6 +496,21 @@ func slashField(s, key string) string {
 		v = v[:j]
 	}
 	return v
+}
+
+// slashFields returns the n values after key in a /KEY/v1/v2/…/
+// structure, or nil when key is absent or is followed by fewer than n
+// slashes.
+func slashFields(s, key string, n int) []string {
+	i := strings.Index(s, key)
+	if i < 0 {
+		return nil
+	}
+	v := strings.SplitN(s[i+len(key):], "/", n+1)
+	if len(v) < n+1 {
+		return nil
+	}
+	return v[:n]
 }
 
 // flushEntry hands the pending entry over.

@@ -106,8 +106,15 @@ type Transaction struct {
 	// RltdPties Cdtr/Nm of a debit, Dbtr/Nm of a credit (Cdtr/Pty/Nm and
 	// Dbtr/Pty/Nm from .001.08); the MT940 /NAME/ of :86:, or the German
 	// ?32 and ?33; empty in BAI2. It is not part of the contract's JSON
-	// (DESIGN section 14); statement import uses it for suggestions.
+	// (DESIGN section 14); statement import stores it, shows it and uses
+	// it for suggestions.
 	Counterparty string
+	// CounterpartyAccount is the other party's account where the file
+	// names it, spaces removed: camt RltdPties CdtrAcct of a debit,
+	// DbtrAcct of a credit (Id/IBAN, else Id/Othr/Id); the MT940 /IBAN/ or
+	// the account of /CNTP/ in :86:, or the German ?31; empty in BAI2,
+	// whose detail records carry no structured counterparty.
+	CounterpartyAccount string
 }
 
 // Handler receives a file's contents in file order while Decoder.Decode

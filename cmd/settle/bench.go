@@ -71,6 +71,17 @@ Figures and their baselines:
   commits_per_settlement every commit of the e2e run per settlement (also as
                          e2e_db_commits_per_settlement), with
                          rows_per_settlement (pg_stat_database)
+  wal_bytes_per_settlement
+                         WAL written over the e2e run (pg_current_wal_lsn)
+                         per settlement, with wal_fpi_per_settlement (its
+                         full-page images, pg_stat_wal) and
+                         bank_calls_per_settlement (requests the bank got)
+  worker_cpu_s_per_1k_settlements, postgres_cpu_s_per_1k_settlements
+                         CPU seconds per 1,000 settlements of the e2e run: the
+                         worker process, and every PostgreSQL process (0 when
+                         the server is not on this machine)
+  e2e_confirm_p50_ms, e2e_confirm_p99_ms
+                         latency from receipt to confirmed in the e2e run
   e2e_latency100_per_s   e2e_per_s with a bank answering in 100 ms, against
                          e2e_latency100_bound_per_s = bank concurrency / 100 ms;
                          target >= 0.8 x the bound

@@ -696,7 +696,11 @@ counts once), plus
   balance_breaks      statements whose opening balance plus entries is not their
                       closing balance
 A settlement confirmed after the last import is unresolved until a statement
-shows it.
+shows it. First, the lines without a match (of files imported in the last 100
+days) are examined again: a line imported before its settlement existed, or
+before its reference was known, is matched and booked now, as the import would
+have (the sweep of a running worker does the same every minute), and the lines
+still unmatched get a suggestion where one has appeared.
 
 Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 --statements: or no statement imported).`, c.s)
@@ -801,6 +805,18 @@ func (c *reconcileCmd) bankStatements(ctx context.Context, pool *pgxpool.Pool, a
 		sink = reconcile.NewBankJSON(out)
 	} else {
 		sink = &bankTable{w: out, limit: limit}
+	}
+	// Lines imported before their settlement existed are matched first
+	// (and booked, as an import books them), so the report is of today's
+	// knowledge, not of the import's.
+	rm, err := (&reconcile.Rematcher{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Suggest: true, Now: c.now}).Run(ctx)
+	if err != nil {
+		out.Flush()
+		return c.fail(" bank --statements", err)
+	}
+	if rm.Matched > 0 || rm.Suggested > 0 {
+		fmt.Fprintf(c.s.Err, "settle reconcile bank: examined the %d statement lines without a match again: %d matched by their reference now, %d suggested\n",
+			rm.Examined, rm.Matched, rm.Suggested)
 	}
 	counts, err := (&reconcile.StatementReporter{DB: pool, Now: c.now, BankName: bank}).Run(ctx, sink)
 	if err == nil {
@@ -923,14 +939,14 @@ func (t *bankTable) startClass(cl reconcile.Class, header string) {
 // UnmatchedEntry implements reconcile.StatementSink.
 func (t *bankTable) UnmatchedEntry(l reconcile.StatementLine) error {
 	if t.cur != reconcile.ClassUnmatchedEntries || t.tw == nil {
-		t.startClass(reconcile.ClassUnmatchedEntries, "FILE\tENTRY\tACCOUNT\tBOOKED\tDIRECTION\tAMOUNT\tENTRY REF\tREFERENCE\tNOTE")
+		t.startClass(reconcile.ClassUnmatchedEntries, "FILE\tENTRY\tACCOUNT\tBOOKED\tDIRECTION\tAMOUNT\tENTRY REF\tREFERENCE\tCOUNTERPARTY\tNOTE")
 	}
 	if t.limit > 0 && t.n >= int64(t.limit) {
 		return nil
 	}
 	t.n++
-	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.File, lineWhere(l), orDash(deref(l.Account)),
-		orDash(deref(l.BookedOn)), l.Direction, lineAmount(l), orDash(deref(l.EntryRef)), orDash(deref(l.EndToEndID)), lineNote(l))
+	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.File, lineWhere(l), orDash(deref(l.Account)),
+		orDash(deref(l.BookedOn)), l.Direction, lineAmount(l), orDash(deref(l.EntryRef)), orDash(deref(l.EndToEndID)), lineParty(l), lineNote(l))
 	return nil
 }
 

@@ -224,15 +224,15 @@ func printLines(w io.Writer, title string, lines []reconcile.StatementLine, tota
 	}
 	fmt.Fprintf(w, "\n  %s (%d)\n", title, total)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ENTRY\tACCOUNT\tBOOKED\tDIRECTION\tAMOUNT\tENTRY REF\tREFERENCE\tSETTLEMENT\tNOTE")
+	fmt.Fprintln(tw, "  ENTRY\tACCOUNT\tBOOKED\tDIRECTION\tAMOUNT\tENTRY REF\tREFERENCE\tCOUNTERPARTY\tSETTLEMENT\tNOTE")
 	n := 0
 	for _, l := range lines {
 		if limit > 0 && n >= limit {
 			break
 		}
 		n++
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", lineWhere(l), orDash(deref(l.Account)), orDash(deref(l.BookedOn)),
-			l.Direction, lineAmount(l), orDash(deref(l.EntryRef)), orDash(deref(l.EndToEndID)), orDash(deref(l.SettlementID)), lineNote(l))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", lineWhere(l), orDash(deref(l.Account)), orDash(deref(l.BookedOn)),
+			l.Direction, lineAmount(l), orDash(deref(l.EntryRef)), orDash(deref(l.EndToEndID)), lineParty(l), orDash(deref(l.SettlementID)), lineNote(l))
 	}
 	_ = tw.Flush()
 	if int64(n) < total {
@@ -255,6 +255,12 @@ func lineAmount(l reconcile.StatementLine) string {
 		return "? " + l.Currency
 	}
 	return formatMinor(*l.AmountMinor, l.Currency) + " " + l.Currency
+}
+
+// lineParty is the line's counterparty: its name and account, as the
+// bank reports them.
+func lineParty(l reconcile.StatementLine) string {
+	return orDash(strings.TrimSpace(l.Counterparty + " " + l.CounterpartyAccount))
 }
 
 func lineNote(l reconcile.StatementLine) string {

@@ -142,6 +142,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.Lease, "lease", 0, "how long a job owns a settlement before the sweep assumes it lost (default: job timeout + 30s; must exceed --job-timeout)")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often the leader sweeps for settlements whose next check is due")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", c.RetentionInterval, "how often receipts older than --replay-horizon of terminal settlements are deleted")
+	fs.DurationVar(&c.RematchInterval, "rematch-interval", c.RematchInterval, "how often the imported statement lines without a match are examined again (a line imported before its settlement existed is matched and booked then)")
 	fs.DurationVar(&c.CheckInterval, "check-interval", c.CheckInterval, "delay before the first status check; doubles with every check")
 	fs.DurationVar(&c.MaxCheckInterval, "max-check-interval", c.MaxCheckInterval, "longest delay between status checks")
 	fs.DurationVar(&c.FetchPollInterval, "fetch-poll-interval", c.FetchPollInterval, "how often an idle worker polls for jobs (it is also woken on insert)")

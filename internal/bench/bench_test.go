@@ -27,6 +27,8 @@ var requiredFields = []string{
 	"commits_per_settlement", "round_trips_per_event", "source_nats_per_s", "source_kafka_per_s", "source_sqs_per_s",
 	"e2e_events_per_s", "e2e_no_events_per_s", "events_delivered_per_s", "events_per_settlement",
 	"e2e_funds_per_s", "e2e_no_funds_per_s", "e2e_funds_hot_per_s", "e2e_hot_per_s",
+	"wal_bytes_per_settlement", "bank_calls_per_settlement", "worker_cpu_s_per_1k_settlements",
+	"postgres_cpu_s_per_1k_settlements", "e2e_confirm_p50_ms", "e2e_confirm_p99_ms",
 }
 
 // TestRunTiny runs every phase of the benchmark in a tiny configuration and

@@ -29,6 +29,9 @@ type e2eRun struct {
 	// intake's; the benchmark's own polls are taken off).
 	commits, rows float64
 	rssMB         float64
+	// cost is what the run cost per settlement: WAL, CPU, bank calls and
+	// the latency from receipt to confirmed.
+	cost e2eCost
 	// With an events sink: the outcome events delivered per second, from
 	// the first submission to the last delivery, and events per
 	// settlement.
@@ -46,6 +49,12 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	}
 	r.E2EPerS, r.JobsPerSettlement, r.WorkerPeakRSSMB = run.perS, run.jobsPerSettlement, run.rssMB
 	r.CommitsPerSettlement, r.E2ECommitsPerSettlement, r.RowsPerSettlement = run.commits, run.commits, run.rows
+	c := run.cost
+	r.WALBytesPerSettlement, r.WALFPIPerSettlement, r.BankCallsPerSettlement = c.walBytes, c.walFPI, c.bankCalls
+	r.WorkerCPUSPer1k, r.PostgresCPUSPer1k = c.workerCPU, c.serverCPU
+	r.E2EConfirmP50MS, r.E2EConfirmP99MS = ms(c.p50), ms(c.p99)
+	cfg.Logf("e2e: wal_bytes_per_settlement %.0f (%.2f full-page images), bank_calls_per_settlement %.2f, CPU s per 1,000: worker %.2f, PostgreSQL %.2f; receipt to confirmed p50 %s, p99 %s",
+		c.walBytes, c.walFPI, c.bankCalls, c.workerCPU, c.serverCPU, c.p50, c.p99)
 	cfg.Logf("e2e_per_s %.1f, jobs_per_settlement %.2f, commits_per_settlement %.2f, rows_per_settlement %.1f, worker_peak_rss_mb %.1f",
 		r.E2EPerS, r.JobsPerSettlement, r.CommitsPerSettlement, r.RowsPerSettlement, r.WorkerPeakRSSMB)
 	if err := truncate(ctx, pool); err != nil {
@@ -174,6 +183,11 @@ func runE2EWith(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	if err != nil {
 		return run, fmt.Errorf("error reading the database's counters: %w", err)
 	}
+	server := findServerCPU(ctx, conn)
+	mark, err := markCost(ctx, conn, server, w, bank)
+	if err != nil {
+		return run, err
+	}
 	start := time.Now()
 	if err := submit(ctx, cfg, w, n, prefix, o.accounts); err != nil {
 		return run, err
@@ -227,6 +241,10 @@ func runE2EWith(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	if run.rssMB, err = w.PeakRSSMB(); err != nil {
 		return run, err
 	}
+	workerCPU, err := procCPU(w.PID(), false)
+	if err != nil {
+		return run, fmt.Errorf("error reading the worker's CPU time: %w", err)
+	}
 	// A backend publishes its counts when it exits: stop the worker before
 	// reading them.
 	stopped = true
@@ -253,6 +271,12 @@ func runE2EWith(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	}
 	d := after.since(before, polls+1)
 	run.commits, run.rows = float64(d.commits)/float64(n), float64(d.rows)/float64(n)
+	if run.cost, err = mark.since(ctx, conn, server, workerCPU, bank, n); err != nil {
+		return run, err
+	}
+	if run.cost.p50, run.cost.p99, err = confirmLatency(ctx, conn, prefix); err != nil {
+		return run, err
+	}
 	return run, nil
 }
 

@@ -82,6 +82,28 @@ type Result struct {
 	// written (inserted, updated, deleted) per settlement.
 	CommitsPerSettlement float64 `json:"commits_per_settlement"`
 	RowsPerSettlement    float64 `json:"rows_per_settlement"`
+	// WALBytesPerSettlement is the WAL written during the e2e run
+	// (pg_current_wal_lsn before and after, the whole server's) per
+	// settlement, and WALFPIPerSettlement the full-page images among it
+	// (pg_stat_wal). The run ends when the last settlement is confirmed and
+	// the worker has stopped: the return watch's later checks are not in it.
+	WALBytesPerSettlement float64 `json:"wal_bytes_per_settlement"`
+	WALFPIPerSettlement   float64 `json:"wal_fpi_per_settlement"`
+	// BankCallsPerSettlement is the requests the fakebank received during
+	// the e2e run per settlement.
+	BankCallsPerSettlement float64 `json:"bank_calls_per_settlement"`
+	// WorkerCPUSPer1k and PostgresCPUSPer1k are the CPU seconds (user and
+	// system) per 1,000 settlements of the e2e run: the worker process
+	// (its intake, River, the send job), and every process of the
+	// PostgreSQL server (backends, exited ones included, and its
+	// background processes; 0 when the server is not on this machine).
+	WorkerCPUSPer1k   float64 `json:"worker_cpu_s_per_1k_settlements"`
+	PostgresCPUSPer1k float64 `json:"postgres_cpu_s_per_1k_settlements"`
+	// E2EConfirmP50MS and E2EConfirmP99MS are the latency of the e2e run
+	// from receipt (the intake transaction) to confirmed (the outcome
+	// transaction), in milliseconds.
+	E2EConfirmP50MS float64 `json:"e2e_confirm_p50_ms"`
+	E2EConfirmP99MS float64 `json:"e2e_confirm_p99_ms"`
 	// RoundTripsPerSend, CommitsPerSend and RowsPerSend are what the send
 	// job (reconcile.Resolver.Send) costs per settlement, counted in
 	// process; River's fetch and the job's completion are not included.
@@ -215,6 +237,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"jobs_per_settlement", r.JobsPerSettlement, "jobs"},
 		{"commits_per_settlement", r.CommitsPerSettlement, "commits (pg_stat_database, every client's)"},
 		{"rows_per_settlement", r.RowsPerSettlement, "rows written (pg_stat_database)"},
+		{"wal_bytes_per_settlement", r.WALBytesPerSettlement, "bytes of WAL per settlement (pg_current_wal_lsn over the e2e run)"},
+		{"wal_fpi_per_settlement", r.WALFPIPerSettlement, "full-page images per settlement (pg_stat_wal)"},
+		{"bank_calls_per_settlement", r.BankCallsPerSettlement, "requests the bank received per settlement in the e2e run"},
+		{"worker_cpu_s_per_1k_settlements", r.WorkerCPUSPer1k, "CPU seconds of the worker process per 1,000 settlements"},
+		{"postgres_cpu_s_per_1k_settlements", r.PostgresCPUSPer1k, "CPU seconds of every PostgreSQL process per 1,000 settlements"},
+		{"e2e_confirm_p50_ms", r.E2EConfirmP50MS, "ms from receipt to confirmed, p50"},
+		{"e2e_confirm_p99_ms", r.E2EConfirmP99MS, "ms from receipt to confirmed, p99"},
 		{"round_trips_per_send", r.RoundTripsPerSend, "round trips of the send job per settlement (in process; River's share not included)"},
 		{"commits_per_send", r.CommitsPerSend, "commits of the send job per settlement"},
 		{"rows_per_send", r.RowsPerSend, "rows written by the send job per settlement"},

@@ -123,6 +123,9 @@ type Config struct {
 	Lease             time.Duration // 0: JobTimeout + 30s
 	SweepInterval     time.Duration
 	RetentionInterval time.Duration
+	// RematchInterval is --rematch-interval: how often the statement
+	// lines without a match are examined again.
+	RematchInterval   time.Duration
 	CheckInterval     time.Duration
 	MaxCheckInterval  time.Duration
 	FetchPollInterval time.Duration
@@ -222,6 +225,7 @@ func DefaultConfig() Config {
 		JobTimeout:        jobs.DefaultJobTimeout,
 		SweepInterval:     jobs.DefaultSweepInterval,
 		RetentionInterval: jobs.DefaultRetentionInterval,
+		RematchInterval:   jobs.DefaultRematchInterval,
 		CheckInterval:     reconcile.DefaultCheckInterval,
 		MaxCheckInterval:  reconcile.DefaultMaxCheckInterval,
 		FetchPollInterval: jobs.DefaultFetchPollInterval,
@@ -277,7 +281,7 @@ func (c Config) Validate() error {
 		return errors.New("--max-inflight must be positive")
 	case c.BankAttempts < 1:
 		return errors.New("--bank-attempts must be at least 1")
-	case c.BankTimeout <= 0 || c.JobTimeout <= 0 || c.SweepInterval <= 0 || c.RetentionInterval <= 0 ||
+	case c.BankTimeout <= 0 || c.JobTimeout <= 0 || c.SweepInterval <= 0 || c.RetentionInterval <= 0 || c.RematchInterval < 0 ||
 		c.CheckInterval <= 0 || c.MaxCheckInterval <= 0 || c.FetchPollInterval <= 0 || c.FetchCooldown <= 0 || c.ShutdownTimeout <= 0:
 		return errors.New("--bank-timeout, --job-timeout, --sweep-interval, --retention-interval, --check-interval, --max-check-interval, --fetch-poll-interval, --fetch-cooldown and --shutdown-timeout must be positive")
 	case c.BankConcurrency <= 0:
@@ -612,6 +616,7 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 		BankConcurrency:   c.BankConcurrency,
 		SweepInterval:     c.SweepInterval,
 		RetentionInterval: c.RetentionInterval,
+		RematchInterval:   c.RematchInterval,
 		ReplayHorizon:     c.ReplayHorizon,
 		JobTimeout:        c.JobTimeout,
 		RescueAfter:       c.RescueAfter,
