@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
@@ -95,8 +96,8 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	result := describeResolve(res, err)
-	c.record(w, r, reconcile.OperatorAction{
-		SettlementID: a.id, Operator: a.operator, OperatorVerified: a.verified, SourceAddr: a.source, Action: reconcile.OperatorResolve,
+	c.record(w, r, inspect.OperatorAction{
+		SettlementID: a.id, Operator: a.operator, OperatorVerified: a.verified, SourceAddr: a.source, Action: inspect.OperatorResolve,
 		Detail: "resolve now: ask the bank and apply its answer", Result: result, OK: err == nil,
 	})
 }
@@ -150,8 +151,8 @@ func (c *Console) note(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	text := strings.TrimSpace(strings.ReplaceAll(a.form.Get("note"), "\r\n", "\n"))
-	c.record(w, r, reconcile.OperatorAction{
-		SettlementID: a.id, Operator: a.operator, OperatorVerified: a.verified, SourceAddr: a.source, Action: reconcile.OperatorNote,
+	c.record(w, r, inspect.OperatorAction{
+		SettlementID: a.id, Operator: a.operator, OperatorVerified: a.verified, SourceAddr: a.source, Action: inspect.OperatorNote,
 		Detail: text, Result: "recorded", OK: true,
 	})
 }
@@ -159,7 +160,7 @@ func (c *Console) note(w http.ResponseWriter, r *http.Request) {
 // record appends the action to operator_actions, logs it and sends the
 // browser back to the story (POST, redirect, GET: a reload repeats
 // nothing).
-func (c *Console) record(w http.ResponseWriter, r *http.Request, oa reconcile.OperatorAction) {
+func (c *Console) record(w http.ResponseWriter, r *http.Request, oa inspect.OperatorAction) {
 	oa.At = c.cfg.Now()
 	if err := oa.Validate(); err != nil {
 		c.render(w, r, http.StatusBadRequest, "error", sessionOf(r), errorPage{Title: "Action refused", Message: err.Error() + ". Nothing was done."})
@@ -168,7 +169,7 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request, oa reconcile.Op
 	// Recorded even when the request has gone: the action happened.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ResolveTimeout)
 	defer cancel()
-	rec, err := reconcile.RecordAction(ctx, c.cfg.DB, oa)
+	rec, err := inspect.RecordAction(ctx, c.cfg.DB, oa)
 	switch {
 	case errors.Is(err, settlement.ErrNotFound):
 		c.render(w, r, http.StatusNotFound, "error", sessionOf(r), errorPage{Title: "Not found", Message: fmt.Sprintf("There is no settlement %q. Nothing was done.", oa.SettlementID)})
@@ -177,7 +178,7 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request, oa reconcile.Op
 		c.log.Error("console: error recording an operator action", "settlement_id", oa.SettlementID,
 			"operator", oa.Operator, "action", oa.Action, "result", oa.Result, "error", err)
 		msg := "The action could not be recorded; the error is in the worker's log."
-		if oa.Action == reconcile.OperatorResolve {
+		if oa.Action == inspect.OperatorResolve {
 			msg = "The settlement was resolved (" + oa.Result + ") but the action could not be recorded; the error is in the worker's log."
 		}
 		c.render(w, r, http.StatusInternalServerError, "error", sessionOf(r), errorPage{Title: "Not recorded", Message: msg})

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/console"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/reconcile"
 )
@@ -119,7 +120,7 @@ func BenchmarkConsole(b *testing.B) {
 		if err := db.Pool.QueryRow(ctx, q, args...).Scan(&at, &id); err != nil {
 			b.Fatal(err)
 		}
-		return reconcile.Cursor{CreatedAt: at, SettlementID: id}.String()
+		return inspect.Cursor{CreatedAt: at, SettlementID: id}.String()
 	}
 	n := *benchSettlements
 	var story string

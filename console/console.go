@@ -10,7 +10,7 @@
 // package reconcile's read side, the one `settle reconcile` prints, in
 // read-only snapshots; "resolve now" is reconcile.Resolver.ResolveOne, the
 // code of `settle reconcile resolve` and of the reconcile job; actions are
-// recorded through reconcile.RecordAction. It writes no SQL of its own.
+// recorded through inspect.RecordAction. It writes no SQL of its own.
 //
 // Pages are server-rendered with html/template from templates embedded in
 // the binary, with one embedded stylesheet and no JavaScript: everything
@@ -43,6 +43,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/reconcile"
 )
@@ -89,7 +90,7 @@ type Config struct {
 type Console struct {
 	cfg      Config
 	token    auth.Token
-	inspect  *reconcile.Inspector
+	inspect  *inspect.Inspector
 	log      *slog.Logger
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
@@ -116,7 +117,7 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{
 		cfg:     cfg,
 		token:   auth.NewToken(cfg.APIToken),
-		inspect: &reconcile.Inspector{DB: cfg.DB, Now: cfg.Now},
+		inspect: &inspect.Inspector{DB: cfg.DB, Now: cfg.Now},
 		log:     cfg.Logger.With("component", "console"),
 		origin:  http.NewCrossOriginProtection(),
 	}

@@ -16,12 +16,14 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/console"
 	"github.com/settle/settle/events/eventstest"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/internal/browsertest"
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/worker"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/statement/importer"
 )
 
 // response is one answer of the console, redirects not followed.
@@ -218,7 +220,7 @@ func TestActionsComeOnlyFromTheConsole(t *testing.T) {
 		t.Errorf("note on an unknown settlement = %d, want 404", r.code)
 	}
 	a := b.actions(t, "act-1")
-	if len(a) != 1 || a[0].Operator != "alice" || a[0].Action != reconcile.OperatorNote || a[0].Detail != "looked at it" || !a[0].OK {
+	if len(a) != 1 || a[0].Operator != "alice" || a[0].Action != inspect.OperatorNote || a[0].Detail != "looked at it" || !a[0].OK {
 		t.Errorf("actions = %+v", a)
 	}
 }
@@ -243,7 +245,7 @@ func TestResolveNowIsTheResolversResolve(t *testing.T) {
 		t.Fatalf("after resolve now: %+v", v)
 	}
 	a := b.actions(t, "res-1")
-	if len(a) != 1 || a[0].Action != reconcile.OperatorResolve || !a[0].OK || !strings.HasPrefix(a[0].Result, "uncertain → confirmed") {
+	if len(a) != 1 || a[0].Action != inspect.OperatorResolve || !a[0].OK || !strings.HasPrefix(a[0].Result, "uncertain → confirmed") {
 		t.Errorf("actions = %+v", a)
 	}
 	// The redirect shows it.
@@ -289,7 +291,7 @@ func TestStatementsPanelAndUnmatchedLines(t *testing.T) {
 	if r := b.request(t, http.MethodGet, "/console/", nil, nil); !strings.Contains(r.body, "No statement imported yet") {
 		t.Errorf("overview before any import:\n%.3000s", r.body)
 	}
-	im := &reconcile.StatementImporter{DB: b.db.Pool, Accounts: []string{"DE89370400440532013000", "NL91ABNA0417164300"}}
+	im := &importer.StatementImporter{DB: b.db.Pool, Accounts: []string{"DE89370400440532013000", "NL91ABNA0417164300"}}
 	res, err := im.ImportFile(t.Context(), "../statement/testdata/camt053_v02.xml")
 	if err != nil {
 		t.Fatal(err)
@@ -464,15 +466,15 @@ func TestStoryCapsConflicts(t *testing.T) {
 		}
 	}
 	page := b.request(t, http.MethodGet, "/console/settlement?id=cf-1", basic("alice", secretToken), nil)
-	if n := strings.Count(page.body, `<div class="conflict">`); page.code != http.StatusOK || n != reconcile.MaxStoryConflicts || !strings.Contains(page.body, "5 more conflicts") {
-		t.Errorf("story page = %d with %d conflicts shown, want %d and \"5 more conflicts\"", page.code, n, reconcile.MaxStoryConflicts)
+	if n := strings.Count(page.body, `<div class="conflict">`); page.code != http.StatusOK || n != inspect.MaxStoryConflicts || !strings.Contains(page.body, "5 more conflicts") {
+		t.Errorf("story page = %d with %d conflicts shown, want %d and \"5 more conflicts\"", page.code, n, inspect.MaxStoryConflicts)
 	}
-	st, err := (&reconcile.Inspector{DB: b.db.Pool}).Show(t.Context(), "cf-1")
+	st, err := (&inspect.Inspector{DB: b.db.Pool}).Show(t.Context(), "cf-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Conflicts) != reconcile.MaxStoryConflicts || st.ConflictsTotal != 25 {
-		t.Errorf("Show: %d conflicts of %d, want %d of 25", len(st.Conflicts), st.ConflictsTotal, reconcile.MaxStoryConflicts)
+	if len(st.Conflicts) != inspect.MaxStoryConflicts || st.ConflictsTotal != 25 {
+		t.Errorf("Show: %d conflicts of %d, want %d of 25", len(st.Conflicts), st.ConflictsTotal, inspect.MaxStoryConflicts)
 	}
 	more := 0
 	for _, e := range st.Timeline {

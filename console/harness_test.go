@@ -16,10 +16,10 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/worker"
-	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
 
@@ -134,9 +134,9 @@ func (b *testBundle) waitState(t *testing.T, id string, want settlement.State) s
 }
 
 // actions reads the operator actions recorded on settlement id.
-func (b *testBundle) actions(t *testing.T, id string) []reconcile.OperatorAction {
+func (b *testBundle) actions(t *testing.T, id string) []inspect.OperatorAction {
 	t.Helper()
-	st, err := (&reconcile.Inspector{DB: b.db.Pool}).Show(context.Background(), id)
+	st, err := (&inspect.Inspector{DB: b.db.Pool}).Show(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,33 +10,33 @@ import (
 	"strings"
 	"time"
 
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
 
 // ---- overview ----
 
 type overviewPage struct {
-	reconcile.Overview
+	inspect.Overview
 }
 
 func (overviewPage) title() string { return "Overview" }
 func (overviewPage) nav() string   { return "overview" }
 
 // StateOf returns the count of state s.
-func (o overviewPage) StateOf(s string) reconcile.StateCount {
+func (o overviewPage) StateOf(s string) inspect.StateCount {
 	for _, sc := range o.States {
 		if string(sc.State) == s {
 			return sc
 		}
 	}
-	return reconcile.StateCount{}
+	return inspect.StateCount{}
 }
 
 // Open is the counts of the open states.
-func (o overviewPage) Open() []reconcile.StateCount {
-	var out []reconcile.StateCount
+func (o overviewPage) Open() []inspect.StateCount {
+	var out []inspect.StateCount
 	for _, sc := range o.States {
 		if !sc.State.Terminal() {
 			out = append(out, sc)
@@ -46,8 +46,8 @@ func (o overviewPage) Open() []reconcile.StateCount {
 }
 
 // Terminal is the counts of the terminal states.
-func (o overviewPage) Terminal() []reconcile.StateCount {
-	var out []reconcile.StateCount
+func (o overviewPage) Terminal() []inspect.StateCount {
+	var out []inspect.StateCount
 	for _, sc := range o.States {
 		if sc.State.Terminal() {
 			out = append(out, sc)
@@ -72,7 +72,7 @@ type listPage struct {
 	// The filter as given, for the form and the links.
 	State, Flagged, Account, Older, Bank string
 	Error                                string
-	Rows                                 []reconcile.SettlementRow
+	Rows                                 []inspect.SettlementRow
 	// After is this page's cursor ("" on the first page); Next the next
 	// page's ("" on the last).
 	After, Next string
@@ -104,16 +104,16 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 	if q.Get("flagged") != "" {
 		lp.Flagged = "1"
 	}
-	f := reconcile.Filter{State: settlement.State(lp.State), NeedsInvestigation: lp.Flagged != "", AccountID: lp.Account, Bank: lp.Bank}
+	f := inspect.Filter{State: settlement.State(lp.State), NeedsInvestigation: lp.Flagged != "", AccountID: lp.Account, Bank: lp.Bank}
 	var err error
 	if lp.Older != "" {
 		if f.OlderThan, err = time.ParseDuration(lp.Older); err != nil {
 			err = fmt.Errorf("older than: want a duration such as 90s, 10m or 24h, got %q", lp.Older)
 		}
 	}
-	var after reconcile.Cursor
+	var after inspect.Cursor
 	if err == nil {
-		after, err = reconcile.ParseCursor(lp.After)
+		after, err = inspect.ParseCursor(lp.After)
 	}
 	if err == nil {
 		err = f.Validate()
@@ -135,11 +135,11 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request) {
 // ---- one settlement ----
 
 type storyPage struct {
-	reconcile.Story
+	inspect.Story
 	Events    []timelineEvent
 	Conflicts []conflictView
 	// Done is the action just taken, named by the redirect after it.
-	Done *reconcile.OperatorAction
+	Done *inspect.OperatorAction
 }
 
 func (s storyPage) title() string { return "Settlement " + s.Settlement.SettlementID }
@@ -154,14 +154,14 @@ func (s storyPage) Open() bool { return !s.Settlement.State.Terminal() }
 // timelineEvent is one line of the timeline with its offset from the
 // first.
 type timelineEvent struct {
-	reconcile.Event
+	inspect.Event
 	Offset string
 }
 
 // conflictView is a conflict with the stored and the rejected payload side
 // by side, field by field.
 type conflictView struct {
-	reconcile.Conflict
+	inspect.Conflict
 	Fields []fieldPair
 }
 
@@ -173,7 +173,7 @@ type fieldPair struct {
 // businessFields are the fields of the payload hash, in display order.
 var businessFields = []string{"settlement_id", "account_id", "amount_cents", "currency", "beneficiary"}
 
-func sideBySide(s settlement.Settlement, c reconcile.Conflict) conflictView {
+func sideBySide(s settlement.Settlement, c inspect.Conflict) conflictView {
 	stored := map[string]string{
 		"settlement_id": s.SettlementID,
 		"account_id":    s.AccountID,
@@ -256,7 +256,7 @@ func (c *Console) story(w http.ResponseWriter, r *http.Request) {
 // ---- conflicts ----
 
 type conflictsPage struct {
-	Conflicts   []reconcile.Conflict
+	Conflicts   []inspect.Conflict
 	After, Next int64
 }
 
@@ -283,7 +283,7 @@ func (c *Console) conflicts(w http.ResponseWriter, r *http.Request) {
 // ---- unmatched statement lines ----
 
 type statementsPage struct {
-	reconcile.LinePage
+	inspect.LinePage
 	After string
 }
 
@@ -291,7 +291,7 @@ func (statementsPage) title() string { return "Statement lines" }
 func (statementsPage) nav() string   { return "statements" }
 
 func (c *Console) statements(w http.ResponseWriter, r *http.Request) {
-	after, err := reconcile.ParseLineCursor(r.URL.Query().Get("after"))
+	after, err := inspect.ParseLineCursor(r.URL.Query().Get("after"))
 	if err != nil {
 		c.render(w, r, http.StatusBadRequest, "error", sessionOf(r), errorPage{Title: "Bad address", Message: "The page cursor is malformed."})
 		return

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/settlement"
 )
 
@@ -178,8 +178,8 @@ var funcs = template.FuncMap{
 	"lower":      strings.ToLower,
 	"attempt":    attemptDuration,
 	// The bounds of the overview's figures, for its captions.
-	"exactLimit": func() int64 { return reconcile.ExactCountLimit },
-	"bankSample": func() int64 { return reconcile.BankSample },
+	"exactLimit": func() int64 { return inspect.ExactCountLimit },
+	"bankSample": func() int64 { return inspect.BankSample },
 }
 
 // money formats minor units in their currency's exponent: 12345 EUR is
@@ -219,13 +219,13 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-// countText shows a reconcile.Count: exact, "≈ n", or "n+".
-func countText(c reconcile.Count) string {
+// countText shows a inspect.Count: exact, "≈ n", or "n+".
+func countText(c inspect.Count) string {
 	switch {
 	case c.Exact:
 		return thousands(c.N)
 	case c.AtLeast:
-		return "more than " + thousands(reconcile.ExactCountLimit)
+		return "more than " + thousands(inspect.ExactCountLimit)
 	}
 	return "≈ " + thousands(c.N)
 }

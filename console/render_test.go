@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/inspect"
 )
 
 func TestFormats(t *testing.T) {
@@ -24,9 +24,9 @@ func TestFormats(t *testing.T) {
 		{human(3*time.Hour + 2*time.Minute), "3h02m"},
 		{human(50 * time.Hour), "2d02h"},
 		{human(-time.Second), "0ms"},
-		{countText(reconcile.Count{N: 12, Exact: true}), "12"},
-		{countText(reconcile.Count{N: 994000}), "≈ 994,000"},
-		{countText(reconcile.Count{N: 10001, AtLeast: true}), "more than 10,000"},
+		{countText(inspect.Count{N: 12, Exact: true}), "12"},
+		{countText(inspect.Count{N: 994000}), "≈ 994,000"},
+		{countText(inspect.Count{N: 10001, AtLeast: true}), "more than 10,000"},
 		{storyURL("a b/c&d"), "/console/settlement?id=a+b%2Fc%26d"},
 		{listURL("state", "uncertain", "account", "", "after", "1.x"), "/console/settlements?after=1.x&state=uncertain"},
 		{listURL(), "/console/settlements"},

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/events/eventstest"
 	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
@@ -235,7 +235,7 @@ func TestRelayThroughFaults(t *testing.T) {
 		t.Error("no failed attempt recorded")
 	}
 	t.Logf("%d calls, %d duplicates, %d failed attempts", rcv.Calls(), rcv.Duplicates(), failed)
-	if v, err := reconcile.EventViolations(context.Background(), db.Pool); err != nil || len(v) > 0 {
+	if v, err := audit.EventViolations(context.Background(), db.Pool); err != nil || len(v) > 0 {
 		t.Fatalf("event invariants: %v %v", v, err)
 	}
 }

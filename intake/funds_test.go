@@ -8,9 +8,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/settle/settle/audit"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/ledger"
-	"github.com/settle/settle/reconcile"
 )
 
 // credit brings amount EUR into account.
@@ -28,7 +29,7 @@ func event(id, account string, amount int64) intake.Event {
 
 func checkLedger(t *testing.T, b *testBundle) {
 	t.Helper()
-	ms, err := reconcile.LedgerMismatches(context.Background(), b.db.Pool)
+	ms, err := inspect.LedgerMismatches(context.Background(), b.db.Pool)
 	if err != nil || len(ms) != 0 {
 		t.Fatalf("ledger mismatches %v, %v", ms, err)
 	}
@@ -80,7 +81,7 @@ func TestFundsCheck(t *testing.T) {
 		t.Fatalf("refused receipt: replays %d outcome %q, %v", replays, outcome, err)
 	}
 	checkLedger(t, b)
-	v, err := reconcile.CheckInvariants(context.Background(), b.db.Pool, reconcile.Expect{})
+	v, err := audit.CheckInvariants(context.Background(), b.db.Pool, audit.Expect{})
 	if err != nil || len(v) != 0 {
 		t.Fatalf("invariants %v, %v", v, err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/metrics"
-	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/settlement/settlementdb"
 	"github.com/settle/settle/statemachine"
 )
 
@@ -724,7 +724,7 @@ func (s *Service) Ping(ctx context.Context) error {
 func (s *Service) View(ctx context.Context, id string) (settlement.View, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	v, err := reconcile.LoadView(ctx, s.db, id)
+	v, err := settlementdb.LoadView(ctx, s.db, id)
 	if err != nil && !errors.Is(err, settlement.ErrNotFound) {
 		return settlement.View{}, classify(err)
 	}

@@ -13,8 +13,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/settle/settle/events"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/statement/importer"
 )
 
 // SweepArgs finds non-terminal settlements whose next check is due and
@@ -38,7 +40,7 @@ func (RetentionArgs) Kind() string { return "retention" }
 func (RetentionArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueMaintenance} }
 
 // RematchArgs examines again the statement lines no settlement explained
-// when they were imported (reconcile.Rematcher). It is a periodic job.
+// when they were imported (importer.Rematcher). It is a periodic job.
 type RematchArgs struct{}
 
 // Kind is the River job kind.
@@ -62,7 +64,7 @@ type RematchWorker struct {
 
 // Work examines the unmatched lines once.
 func (w *RematchWorker) Work(ctx context.Context, _ *river.Job[RematchArgs]) error {
-	r := &reconcile.Rematcher{DB: w.pool, Returns: &reconcile.Resolver{DB: w.pool, Now: w.now}, Now: w.now, Log: w.logger}
+	r := &importer.Rematcher{DB: w.pool, Returns: &reconcile.Resolver{DB: w.pool, Now: w.now}, Now: w.now, Log: w.logger}
 	if _, err := r.Run(ctx); err != nil {
 		return fmt.Errorf("error examining the unmatched statement lines: %w", err)
 	}
@@ -85,7 +87,7 @@ type SweepWorker struct {
 	logger *slog.Logger
 	// served are the banks of this worker; the sweep claims their
 	// settlements and those of the banks another worker serves now
-	// (reconcile.LiveBanks), each job on its bank's queue.
+	// (inspect.LiveBanks), each job on its bank's queue.
 	served []string
 }
 
@@ -95,7 +97,7 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 	if err != nil {
 		return fmt.Errorf("error sweeping: %w", err)
 	}
-	live, err := reconcile.LiveBanks(ctx, w.pool)
+	live, err := inspect.LiveBanks(ctx, w.pool)
 	if err != nil {
 		return fmt.Errorf("error sweeping: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
@@ -23,6 +24,7 @@ import (
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
+	"github.com/settle/settle/statement/importer"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
@@ -139,7 +141,7 @@ func TestWorkersSettleUnderFaults(t *testing.T) {
 		b.submit(t, fmt.Sprintf("w-%03d", i), int64(100+i))
 	}
 	waitTerminal(t, b.db, n)
-	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
 
 	// The send jobs completed in the transaction of their outcome.
 	var notDone int
@@ -199,7 +201,7 @@ func TestSweepSendsPendingWhoseJobWasLost(t *testing.T) {
 	}
 	history(t, b.db, "orphan", settlement.Pending)
 	waitTerminal(t, b.db, 2)
-	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
 	var kind string
 	if err := b.db.Pool.QueryRow(ctx, `SELECT kind FROM river_job WHERE args->>'settlement_id' = 'orphan' ORDER BY id LIMIT 1`).Scan(&kind); err != nil {
 		t.Fatal(err)
@@ -243,7 +245,7 @@ func TestSweepNotBlockedByDeadRunningJob(t *testing.T) {
 	}
 	b.start(t)
 	waitTerminal(t, b.db, 1)
-	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
 }
 
 func TestRetentionDeletesOnlyOldTerminalReceipts(t *testing.T) {
@@ -325,7 +327,7 @@ func TestRateLimitStormSlowsButNeverFails(t *testing.T) {
 	if tr := b.bank.Traffic(); tr.RateLimited == 0 {
 		t.Errorf("the bank never rate-limited (%+v): the storm did not happen", tr)
 	}
-	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
 }
 
 // TestReturnsFoundByTheWatch: the bank returns some settled payments a
@@ -384,7 +386,7 @@ func TestReturnsFoundByTheWatch(t *testing.T) {
 	if reversals != returned {
 		t.Errorf("%d reversals for %d returned settlements", reversals, returned)
 	}
-	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
 }
 
 // TestCheckNowAsksAfterTheHint: a webhook's hint must make the bank be
@@ -460,7 +462,7 @@ func TestRematchMatchesALineImportedBeforeItsSettlement(t *testing.T) {
 	ref := bankclient.Capabilities{}.Reference("rm-1")
 	file := ":20:EARLY\n:25:acc-rm\n:28C:1/1\n:60F:C300101EUR100,00\n" +
 		":61:3001010101D15,00NTRFNONREF//B-1\n:86:/EREF/" + ref + "/NAME/bene-rm-1\n:62F:C300101EUR85,00\n"
-	im := &reconcile.StatementImporter{DB: b.db.Pool, Accounts: []string{"acc-rm"}}
+	im := &importer.StatementImporter{DB: b.db.Pool, Accounts: []string{"acc-rm"}}
 	res, err := im.Import(ctx, "early.sta", strings.NewReader(file))
 	if err != nil || res.Matched != 0 || res.Unmatched != 1 {
 		t.Fatalf("import before the settlement: %+v, %v; want one unmatched line", res, err)
@@ -474,5 +476,5 @@ func TestRematchMatchesALineImportedBeforeItsSettlement(t *testing.T) {
 		}
 		return match == "reference" && sid == "rm-1", "line " + match + " " + sid
 	})
-	checktest.CheckInvariants(t, b.db.Pool, b.url, reconcile.Expect{Recovered: true})
+	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/ledger"
 	"github.com/settle/settle/migrations"
-	"github.com/settle/settle/reconcile"
 )
 
 // TestLedgerMigration: migration 0015 turns a database of the previous
@@ -89,7 +89,7 @@ func TestLedgerMigration(t *testing.T) {
 			t.Errorf("balance of %s = %v, want %v", k, got[k], w)
 		}
 	}
-	ms, err := reconcile.LedgerMismatches(ctx, db.Pool)
+	ms, err := inspect.LedgerMismatches(ctx, db.Pool)
 	if err != nil || len(ms) != 0 {
 		t.Fatalf("ledger mismatches after the migration: %v, %v", ms, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/settletest"
@@ -174,12 +175,12 @@ func TestLongIDGetsAStableShortReference(t *testing.T) {
 	if err != nil || len(ps) != 1 || ps[0].Reference != ref || len(ref) > 31 {
 		t.Fatalf("bank holds %+v (%v), want one payment under %q", ps, err, ref)
 	}
-	rep := &BankReport{}
-	counts, err := (&BankReporter{DB: b.db.Pool, Bank: b.r.Bank}).Run(ctx, rep)
+	rep := &audit.BankReport{}
+	counts, err := (&audit.BankReporter{DB: b.db.Pool, Bank: b.r.Bank}).Run(ctx, rep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts.ByClass[ClassMatched] != 1 || counts.Discrepancies() != 0 {
+	if counts.ByClass[audit.ClassMatched] != 1 || counts.Discrepancies() != 0 {
 		t.Errorf("report %+v, want the settlement matched by its short reference", counts)
 	}
 }

@@ -1,19 +1,3 @@
-// Package reconcile owns what settle does with the bank's answers: the pure
-// decision functions (given a settlement's state, its first attempt, the key
-// TTL, the clock and the bank's answer: which transition, whether to write
-// the ledger movement, whether to resend, whether to flag it for a human,
-// when to look again) and the [Resolver] that carries them out against the
-// database and the bank; and the operator's read side: the [Inspector]
-// (report.go, inspect.go: summary, list, show, conflicts in read-only
-// snapshots) and the streaming ledger-vs-bank [BankReporter] (bankreport.go).
-//
-// It must never change settlements.state except through statemachine, never
-// write a ledger movement outside the transaction that moves the settlement
-// to confirmed, never mark a settlement failed because the bank could not be
-// reached, never send a payment under any key but the settlement's stable
-// bank_key, and never resend once the key TTL has passed since the first
-// attempt (DESIGN.md rules 5, 8, 9). It knows nothing about River: the jobs
-// package adapts it.
 package reconcile
 
 import (

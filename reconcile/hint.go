@@ -9,6 +9,11 @@ import (
 	"github.com/settle/settle/bankclient"
 )
 
+// Querier runs a query; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // FindByHint returns the settlement a bank webhook names: by the reference
 // we sent, the bank's payment id or our idempotency key. found is false
 // when none matches (or the hint names two settlements, which only a

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/bankclient/stripe/stripetest"
@@ -216,12 +217,12 @@ func TestStripeBankReportRechecksByID(t *testing.T) {
 	if err := b.bank.Return(*payID, ""); err != nil {
 		t.Fatal(err)
 	}
-	rep := &BankReport{}
-	counts, err := (&BankReporter{DB: b.db.Pool, Bank: b.r.Bank}).Run(ctx, rep)
+	rep := &audit.BankReport{}
+	counts, err := (&audit.BankReporter{DB: b.db.Pool, Bank: b.r.Bank}).Run(ctx, rep)
 	if err != nil {
 		t.Fatalf("report: %v", err)
 	}
-	if counts.Rechecked != 1 || counts.Discrepancies() != 1 || counts.ByClass[ClassMatched] != 0 {
+	if counts.Rechecked != 1 || counts.Discrepancies() != 1 || counts.ByClass[audit.ClassMatched] != 0 {
 		t.Errorf("report %+v, want the confirmed settlement rechecked by payout id and shown as a discrepancy", counts)
 	}
 }

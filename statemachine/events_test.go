@@ -10,9 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/audit"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/settlement/settlementdb"
 	"github.com/settle/settle/statemachine"
 )
 
@@ -22,7 +24,7 @@ type eventRow struct {
 	payload map[string]any
 }
 
-func events(t *testing.T, q reconcile.Querier, id string) []eventRow {
+func events(t *testing.T, q inspect.Querier, id string) []eventRow {
 	t.Helper()
 	rows, err := q.Query(context.Background(), `SELECT event_id, type, n, payload FROM settlement_events WHERE settlement_id = $1 ORDER BY n`, id)
 	if err != nil {
@@ -134,7 +136,7 @@ func TestEventsOfAStory(t *testing.T) {
 	if err := json.Unmarshal(raw, &fromEvent); err != nil {
 		t.Fatal(err)
 	}
-	view, err := reconcile.LoadView(ctx, db.Pool, "st1")
+	view, err := settlementdb.LoadView(ctx, db.Pool, "st1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestEventsOfAStory(t *testing.T) {
 		t.Errorf("event payload differs from GET:\n%s\n%s", a, b)
 	}
 
-	if v, err := reconcile.EventViolations(ctx, db.Pool); err != nil || len(v) != 0 {
+	if v, err := audit.EventViolations(ctx, db.Pool); err != nil || len(v) != 0 {
 		t.Fatalf("invariants: %v %v", v, err)
 	}
 }
@@ -246,7 +248,7 @@ func TestEventsNumberedUnderConcurrency(t *testing.T) {
 	if conflicts != n {
 		t.Fatalf("%d conflict events, want %d", conflicts, n)
 	}
-	if v, err := reconcile.EventViolations(ctx, db.Pool); err != nil || len(v) != 0 {
+	if v, err := audit.EventViolations(ctx, db.Pool); err != nil || len(v) != 0 {
 		t.Fatalf("invariants: %v %v", v, err)
 	}
 }
@@ -265,7 +267,7 @@ func TestInvariantsCatchAMissingEvent(t *testing.T) {
 		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason) VALUES ('s1', 'pending', 'sent', 'sneaky')`); err != nil {
 		t.Fatal(err)
 	}
-	v, err := reconcile.EventViolations(ctx, b.tx)
+	v, err := audit.EventViolations(ctx, b.tx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/ledger"
-	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
@@ -44,7 +44,7 @@ func TestLedgerEffectsOfTransitions(t *testing.T) {
 		if err := pgx.BeginFunc(ctx, db.Pool, fn); err != nil {
 			t.Fatal(err)
 		}
-		ms, err := reconcile.LedgerMismatches(ctx, db.Pool)
+		ms, err := inspect.LedgerMismatches(ctx, db.Pool)
 		if err != nil || len(ms) != 0 {
 			t.Fatalf("ledger mismatches %v, %v", ms, err)
 		}
@@ -117,7 +117,7 @@ func TestLedgerLostRaceWritesNothing(t *testing.T) {
 	if err == nil {
 		t.Fatal("a transition from the wrong state happened")
 	}
-	ms, err := reconcile.LedgerMismatches(ctx, b.tx)
+	ms, err := inspect.LedgerMismatches(ctx, b.tx)
 	if err != nil || len(ms) != 0 {
 		t.Fatalf("ledger mismatches %v, %v", ms, err)
 	}
@@ -140,7 +140,7 @@ func TestLedgerChecksCatch(t *testing.T) {
 		VALUES ('s1', 'payout', 'acc', 'settle:clearing:settle', 100, 'EUR')`); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := reconcile.LedgerMismatches(ctx, b.tx)
+	ms, err := inspect.LedgerMismatches(ctx, b.tx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/events"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/database"
-	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
 
@@ -213,8 +213,8 @@ an operator action, recorded on each settlement's story with --operator.`, s)
 			what = "every event of the settlement"
 		}
 		for _, r := range queued {
-			if _, err := reconcile.RecordAction(ctx, tx, reconcile.OperatorAction{SettlementID: r.SettlementID, Operator: *operator,
-				Action: reconcile.OperatorRedeliver, Detail: "redeliver " + what, Result: fmt.Sprintf("%d deliveries queued again", r.Deliveries),
+			if _, err := inspect.RecordAction(ctx, tx, inspect.OperatorAction{SettlementID: r.SettlementID, Operator: *operator,
+				Action: inspect.OperatorRedeliver, Detail: "redeliver " + what, Result: fmt.Sprintf("%d deliveries queued again", r.Deliveries),
 				OK: true, At: now}); err != nil {
 				return err
 			}
@@ -351,8 +351,8 @@ settlement that had an undelivered event there, with --operator.`, s)
 			return err
 		}
 		for _, f := range dropped {
-			if _, err := reconcile.RecordAction(ctx, tx, reconcile.OperatorAction{SettlementID: f.SettlementID, Operator: *operator,
-				Action: reconcile.OperatorForgetSink, Detail: "forget sink " + sink,
+			if _, err := inspect.RecordAction(ctx, tx, inspect.OperatorAction{SettlementID: f.SettlementID, Operator: *operator,
+				Action: inspect.OperatorForgetSink, Detail: "forget sink " + sink,
 				Result: fmt.Sprintf("%d undelivered deliveries dropped", f.Deliveries), OK: true, At: now}); err != nil {
 				return err
 			}

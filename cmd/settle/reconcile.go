@@ -16,11 +16,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
+	"github.com/settle/settle/statement/importer"
 )
 
 const reconcileDescription = `
@@ -157,8 +160,8 @@ func (c *reconcileCmd) open(ctx context.Context, form string) *pgxpool.Pool {
 	return pool
 }
 
-func (c *reconcileCmd) inspector(pool *pgxpool.Pool) *reconcile.Inspector {
-	return &reconcile.Inspector{DB: pool, Now: c.now}
+func (c *reconcileCmd) inspector(pool *pgxpool.Pool) *inspect.Inspector {
+	return &inspect.Inspector{DB: pool, Now: c.now}
 }
 
 // bankFlags are the flags of the forms that talk to the bank.
@@ -331,18 +334,18 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 
 	out := bufio.NewWriter(c.s.Out)
 	defer out.Flush()
-	opts := reconcile.ListOptions{State: st, OlderThan: *olderThan, Limit: *limit, Bank: *onlyBank}
+	opts := inspect.ListOptions{State: st, OlderThan: *olderThan, Limit: *limit, Bank: *onlyBank}
 	var n int
 	var err error
 	if *asJSON {
-		jl := reconcile.NewJSONList(out, "settlements", "state", st, "older_than_seconds", olderThan.Seconds())
-		_, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error { return jl.Add(r) })
+		jl := inspect.NewJSONList(out, "settlements", "state", st, "older_than_seconds", olderThan.Seconds())
+		_, err = c.inspector(pool).List(ctx, opts, func(r inspect.SettlementRow) error { return jl.Add(r) })
 		if err == nil {
 			err = jl.Close()
 		}
 	} else {
 		tb := newBlockTable(out, "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tPAID THROUGH\tBANK\tINVESTIGATION")
-		n, err = c.inspector(pool).List(ctx, opts, func(r reconcile.SettlementRow) error {
+		n, err = c.inspector(pool).List(ctx, opts, func(r inspect.SettlementRow) error {
 			bank := r.BankStatus
 			if r.BankPaymentID != "" {
 				bank += " " + r.BankPaymentID
@@ -496,14 +499,14 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 	var n int
 	var err error
 	if *asJSON {
-		jl := reconcile.NewJSONList(out, "conflicts")
-		_, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error { return jl.Add(cf) })
+		jl := inspect.NewJSONList(out, "conflicts")
+		_, err = c.inspector(pool).Conflicts(ctx, func(cf inspect.Conflict) error { return jl.Add(cf) })
 		if err == nil {
 			err = jl.Close()
 		}
 	} else {
 		tb := newBlockTable(out, "DETECTED\tSETTLEMENT\tEVENT\tDIFFERS (stored → incoming)\tINCOMING HASH")
-		n, err = c.inspector(pool).Conflicts(ctx, func(cf reconcile.Conflict) error {
+		n, err = c.inspector(pool).Conflicts(ctx, func(cf inspect.Conflict) error {
 			var d []string
 			for _, f := range cf.Differences {
 				d = append(d, fmt.Sprintf("%s %s → %s", f.Field, f.Stored, f.Incoming))
@@ -562,14 +565,14 @@ Exit 0 when it ran, whether or not there are rejects.`, c.s)
 	var n int
 	var err error
 	if *asJSON {
-		jl := reconcile.NewJSONList(out, "rejects")
-		_, err = c.inspector(pool).Rejects(ctx, func(r reconcile.Reject) error { return jl.Add(r) })
+		jl := inspect.NewJSONList(out, "rejects")
+		_, err = c.inspector(pool).Rejects(ctx, func(r inspect.Reject) error { return jl.Add(r) })
 		if err == nil {
 			err = jl.Close()
 		}
 	} else {
 		tb := newBlockTable(out, "RECEIVED\tSOURCE\tTRANSPORT ID\tSIZE\tREASON")
-		n, err = c.inspector(pool).Rejects(ctx, func(r reconcile.Reject) error {
+		n, err = c.inspector(pool).Rejects(ctx, func(r inspect.Reject) error {
 			return tb.row("%s\t%s\t%s\t%d\t%s\n", r.ReceivedAt.UTC().Format(time.RFC3339), r.Source, r.TransportID, r.Size, r.Reason)
 		})
 		_ = tb.flush()
@@ -707,7 +710,7 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 	var bf bankFlags
 	bf.register(fs)
 	statements := fs.Bool("statements", false, "reconcile against the imported bank statements instead of the bank's API")
-	pageSize := fs.Int("page-size", reconcile.DefaultStatementPageSize, "statement page size asked of the bank")
+	pageSize := fs.Int("page-size", audit.DefaultStatementPageSize, "statement page size asked of the bank")
 	limit := fs.Int("limit", 20, "rows printed per class in the table (--json lists all)")
 	asJSON := fs.Bool("json", false, `print {"matched":n,"missing_in_ledger":[...],"missing_at_bank":[...],"amount_mismatch":[...],"status_mismatch":[...],"duplicate_at_bank":[...],"unresolved":[...],...} (with --statements also "returned","unmatched_entries","balance_breaks")`)
 	if code, done := parseFlags(fs, args); done {
@@ -748,23 +751,23 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 	out := bufio.NewWriter(c.s.Out)
 	defer out.Flush()
 	var sink interface {
-		reconcile.BankSink
+		audit.BankSink
 		Finish() error
 	}
 	if *asJSON {
-		sink = reconcile.NewBankJSON(out)
+		sink = audit.NewBankJSON(out)
 	} else {
 		sink = &bankTable{w: out, limit: *limit}
 	}
 	// The bank's own settlements only: another bank's are reconciled
 	// against theirs (settle reconcile bank --bank NAME).
-	rep := &reconcile.BankReporter{DB: pool, Bank: bank, BankName: bf.name, PageSize: *pageSize}
+	rep := &audit.BankReporter{DB: pool, Bank: bank, BankName: bf.name, PageSize: *pageSize}
 	// A spinner with a count on a terminal, one per phase (the totals are
 	// not known in advance); nothing when stderr is a file or a pipe.
 	var bar *cli.Bar
 	describe := map[string]string{"statement": "reading the bank statement", "recheck": "rechecking by key"}
 	phase := ""
-	rep.Progress = func(p reconcile.BankProgress) {
+	rep.Progress = func(p audit.BankProgress) {
 		if p.Phase != phase {
 			bar.Finish()
 			phase, bar = p.Phase, nil
@@ -798,18 +801,18 @@ func (c *reconcileCmd) bankStatements(ctx context.Context, pool *pgxpool.Pool, a
 	out := bufio.NewWriter(c.s.Out)
 	defer out.Flush()
 	var sink interface {
-		reconcile.StatementSink
+		audit.StatementSink
 		Finish() error
 	}
 	if asJSON {
-		sink = reconcile.NewBankJSON(out)
+		sink = audit.NewBankJSON(out)
 	} else {
 		sink = &bankTable{w: out, limit: limit}
 	}
 	// Lines imported before their settlement existed are matched first
 	// (and booked, as an import books them), so the report is of today's
 	// knowledge, not of the import's.
-	rm, err := (&reconcile.Rematcher{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Suggest: true, Now: c.now}).Run(ctx)
+	rm, err := (&importer.Rematcher{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Suggest: true, Now: c.now}).Run(ctx)
 	if err != nil {
 		out.Flush()
 		return c.fail(" bank --statements", err)
@@ -818,7 +821,7 @@ func (c *reconcileCmd) bankStatements(ctx context.Context, pool *pgxpool.Pool, a
 		fmt.Fprintf(c.s.Err, "settle reconcile bank: examined the %d statement lines without a match again: %d matched by their reference now, %d suggested\n",
 			rm.Examined, rm.Matched, rm.Suggested)
 	}
-	counts, err := (&reconcile.StatementReporter{DB: pool, Now: c.now, BankName: bank}).Run(ctx, sink)
+	counts, err := (&audit.StatementReporter{DB: pool, Now: c.now, BankName: bank}).Run(ctx, sink)
 	if err == nil {
 		err = sink.Finish()
 	}
@@ -863,56 +866,56 @@ func (t *blockTable) flush() error { return t.tw.Flush() }
 type bankTable struct {
 	w      *bufio.Writer
 	limit  int
-	counts reconcile.BankCounts
+	counts audit.BankCounts
 	tw     *tabwriter.Writer
-	cur    reconcile.Class
+	cur    audit.Class
 	n      int64
 }
 
-func (t *bankTable) Counts(c reconcile.BankCounts) error {
+func (t *bankTable) Counts(c audit.BankCounts) error {
 	t.counts = c
-	if c.Source == reconcile.SourceStatements {
+	if c.Source == audit.SourceStatements {
 		return t.statementCounts(c)
 	}
 	fmt.Fprintf(t.w, "ledger vs bank as of %s: %d settlements, %d bank payments, %d rechecked by key\n\n",
 		c.AsOf.UTC().Format(time.RFC3339), c.Settlements, c.BankPayments, c.Rechecked)
 	tw := tabwriter.NewWriter(t.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLASS\tCOUNT\t")
-	fmt.Fprintf(tw, "matched\t%d\tconfirmed, one movement, one settled payment, same amount\n", c.ByClass[reconcile.ClassMatched])
-	for _, cl := range reconcile.BreakClasses {
+	fmt.Fprintf(tw, "matched\t%d\tconfirmed, one movement, one settled payment, same amount\n", c.ByClass[audit.ClassMatched])
+	for _, cl := range audit.BreakClasses {
 		note := "discrepancy"
 		if !cl.Discrepancy() {
 			note = "not terminal yet: not a discrepancy"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", cl, c.ByClass[cl], note)
 	}
-	fmt.Fprintf(tw, "failed_agreed\t%d\tfailed here, failed or never created at the bank\n", c.ByClass[reconcile.ClassFailedAgreed])
-	fmt.Fprintf(tw, "returned_agreed\t%d\treturned here with its reversal, returned at the bank\n", c.ByClass[reconcile.ClassReturnedAgreed])
-	if n := c.ByClass[reconcile.ClassBankFailedUnknown]; n > 0 {
+	fmt.Fprintf(tw, "failed_agreed\t%d\tfailed here, failed or never created at the bank\n", c.ByClass[audit.ClassFailedAgreed])
+	fmt.Fprintf(tw, "returned_agreed\t%d\treturned here with its reversal, returned at the bank\n", c.ByClass[audit.ClassReturnedAgreed])
+	if n := c.ByClass[audit.ClassBankFailedUnknown]; n > 0 {
 		fmt.Fprintf(tw, "bank_failed_unknown\t%d\tfailed bank payments for ids we never had\n", n)
 	}
 	return tw.Flush()
 }
 
 // statementCounts is Counts for the report against imported statements.
-func (t *bankTable) statementCounts(c reconcile.BankCounts) error {
+func (t *bankTable) statementCounts(c audit.BankCounts) error {
 	fmt.Fprintf(t.w, "ledger vs imported statements as of %s: %d settlements; %d files, %d statements, %d lines, last imported %s\n\n",
 		c.AsOf.UTC().Format(time.RFC3339), c.Settlements, c.StatementFiles, c.Statements, c.StatementLines,
 		c.LastImportAt.UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(t.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLASS\tCOUNT\t")
-	fmt.Fprintf(tw, "matched\t%d\tconfirmed, one movement, paid once on the statements, same amount\n", c.ByClass[reconcile.ClassMatched])
-	for _, cl := range reconcile.StatementBreakClasses {
+	fmt.Fprintf(tw, "matched\t%d\tconfirmed, one movement, paid once on the statements, same amount\n", c.ByClass[audit.ClassMatched])
+	for _, cl := range audit.StatementBreakClasses {
 		note := "discrepancy"
 		if !cl.Discrepancy() {
 			note = "not terminal, or not on a statement yet: not a discrepancy"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", cl, c.ByClass[cl], note)
 	}
-	fmt.Fprintf(tw, "%s\t%d\tstatement lines no settlement explains: discrepancy\n", reconcile.ClassUnmatchedEntries, c.ByClass[reconcile.ClassUnmatchedEntries])
-	fmt.Fprintf(tw, "%s\t%d\tstatements that do not add up: discrepancy\n", reconcile.ClassBalanceBreaks, c.ByClass[reconcile.ClassBalanceBreaks])
-	fmt.Fprintf(tw, "failed_agreed\t%d\tfailed here, not paid (or paid and returned) on the statements\n", c.ByClass[reconcile.ClassFailedAgreed])
-	fmt.Fprintf(tw, "returned_agreed\t%d\treturned here with its reversal\n", c.ByClass[reconcile.ClassReturnedAgreed])
+	fmt.Fprintf(tw, "%s\t%d\tstatement lines no settlement explains: discrepancy\n", audit.ClassUnmatchedEntries, c.ByClass[audit.ClassUnmatchedEntries])
+	fmt.Fprintf(tw, "%s\t%d\tstatements that do not add up: discrepancy\n", audit.ClassBalanceBreaks, c.ByClass[audit.ClassBalanceBreaks])
+	fmt.Fprintf(tw, "failed_agreed\t%d\tfailed here, not paid (or paid and returned) on the statements\n", c.ByClass[audit.ClassFailedAgreed])
+	fmt.Fprintf(tw, "returned_agreed\t%d\treturned here with its reversal\n", c.ByClass[audit.ClassReturnedAgreed])
 	return tw.Flush()
 }
 
@@ -928,7 +931,7 @@ func (t *bankTable) endClass() {
 }
 
 // startClass ends the table of the class before and opens that of cl.
-func (t *bankTable) startClass(cl reconcile.Class, header string) {
+func (t *bankTable) startClass(cl audit.Class, header string) {
 	t.endClass()
 	t.cur, t.n = cl, 0
 	fmt.Fprintf(t.w, "\n%s (%d)\n", cl, t.counts.ByClass[cl])
@@ -936,10 +939,10 @@ func (t *bankTable) startClass(cl reconcile.Class, header string) {
 	fmt.Fprintln(t.tw, header)
 }
 
-// UnmatchedEntry implements reconcile.StatementSink.
-func (t *bankTable) UnmatchedEntry(l reconcile.StatementLine) error {
-	if t.cur != reconcile.ClassUnmatchedEntries || t.tw == nil {
-		t.startClass(reconcile.ClassUnmatchedEntries, "FILE\tENTRY\tACCOUNT\tBOOKED\tDIRECTION\tAMOUNT\tENTRY REF\tREFERENCE\tCOUNTERPARTY\tNOTE")
+// UnmatchedEntry implements audit.StatementSink.
+func (t *bankTable) UnmatchedEntry(l inspect.StatementLine) error {
+	if t.cur != audit.ClassUnmatchedEntries || t.tw == nil {
+		t.startClass(audit.ClassUnmatchedEntries, "FILE\tENTRY\tACCOUNT\tBOOKED\tDIRECTION\tAMOUNT\tENTRY REF\tREFERENCE\tCOUNTERPARTY\tNOTE")
 	}
 	if t.limit > 0 && t.n >= int64(t.limit) {
 		return nil
@@ -950,10 +953,10 @@ func (t *bankTable) UnmatchedEntry(l reconcile.StatementLine) error {
 	return nil
 }
 
-// BalanceBreak implements reconcile.StatementSink.
-func (t *bankTable) BalanceBreak(b reconcile.BalanceBreak) error {
-	if t.cur != reconcile.ClassBalanceBreaks || t.tw == nil {
-		t.startClass(reconcile.ClassBalanceBreaks, "FILE\tSTATEMENT\tACCOUNT\tOPENING\tCREDITS\tDEBITS\tCLOSING\tDIFFERENCE")
+// BalanceBreak implements audit.StatementSink.
+func (t *bankTable) BalanceBreak(b inspect.BalanceBreak) error {
+	if t.cur != audit.ClassBalanceBreaks || t.tw == nil {
+		t.startClass(audit.ClassBalanceBreaks, "FILE\tSTATEMENT\tACCOUNT\tOPENING\tCREDITS\tDEBITS\tCLOSING\tDIFFERENCE")
 	}
 	if t.limit > 0 && t.n >= int64(t.limit) {
 		return nil
@@ -970,10 +973,10 @@ func (t *bankTable) BalanceBreak(b reconcile.BalanceBreak) error {
 	return nil
 }
 
-func (t *bankTable) Break(b reconcile.Break) error {
+func (t *bankTable) Break(b audit.Break) error {
 	if b.Class != t.cur || t.tw == nil {
 		side := "BANK"
-		if t.counts.Source == reconcile.SourceStatements {
+		if t.counts.Source == audit.SourceStatements {
 			side = "STATEMENTS"
 		}
 		t.startClass(b.Class, "SETTLEMENT\tSTATE\tAMOUNT\tMOVEMENT\t"+side+"\tWHY")
@@ -1016,7 +1019,7 @@ func (t *bankTable) Finish() error {
 	if d := t.counts.Discrepancies(); d > 0 {
 		fmt.Fprintf(t.w, "\n%d discrepancies\n", d)
 	} else {
-		fmt.Fprintf(t.w, "\nno discrepancies: matched %d\n", t.counts.ByClass[reconcile.ClassMatched])
+		fmt.Fprintf(t.w, "\nno discrepancies: matched %d\n", t.counts.ByClass[audit.ClassMatched])
 	}
 	return nil
 }

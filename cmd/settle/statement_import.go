@@ -13,9 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/statement/importer"
 )
 
 // importCmd is `settle statement import`. dbURL, when set, is used instead
@@ -99,10 +101,10 @@ the database is unreachable.`, c.s)
 		return exitError
 	}
 	defer pool.Close()
-	im := &reconcile.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Accounts: accounts}
+	im := &importer.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Accounts: accounts}
 
 	code = exitOK
-	results := []reconcile.ImportResult{}
+	results := []importer.ImportResult{}
 	refused := []importRefusal{}
 	for _, name := range files {
 		var bar *cli.Bar
@@ -117,7 +119,7 @@ the database is unreachable.`, c.s)
 		bar.Finish()
 		if err != nil {
 			msg := oneLine(err)
-			if errors.Is(err, reconcile.ErrUndeclaredAccount) {
+			if errors.Is(err, importer.ErrUndeclaredAccount) {
 				msg += " (declare the account with --statement-account if its statements are settle's)"
 			}
 			fmt.Fprintf(c.s.Err, "settle statement import: %s\n", msg)
@@ -137,8 +139,8 @@ the database is unreachable.`, c.s)
 		enc := json.NewEncoder(c.s.Out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(struct {
-			Files   []reconcile.ImportResult `json:"files"`
-			Refused []importRefusal          `json:"refused"`
+			Files   []importer.ImportResult `json:"files"`
+			Refused []importRefusal         `json:"refused"`
 		}{results, refused}); err != nil {
 			fmt.Fprintf(c.s.Err, "settle statement import: %v\n", err)
 			return exitError
@@ -149,7 +151,7 @@ the database is unreachable.`, c.s)
 
 // importOne imports one file; "-" is standard input, read once like a
 // file (the importer hashes what it parses).
-func (c *importCmd) importOne(ctx context.Context, im *reconcile.StatementImporter, name string) (reconcile.ImportResult, error) {
+func (c *importCmd) importOne(ctx context.Context, im *importer.StatementImporter, name string) (importer.ImportResult, error) {
 	if name != "-" {
 		return im.ImportFile(ctx, name)
 	}
@@ -187,7 +189,7 @@ func oneLine(err error) string {
 }
 
 // printImport writes what importing one file did, for people.
-func printImport(w io.Writer, r reconcile.ImportResult, limit int) {
+func printImport(w io.Writer, r importer.ImportResult, limit int) {
 	what := "imported"
 	if !r.Imported {
 		what = fmt.Sprintf("already imported on %s as %s: nothing changed", r.ImportedAt.UTC().Format(time.RFC3339), r.ImportedAs)
@@ -218,7 +220,7 @@ func printImport(w io.Writer, r reconcile.ImportResult, limit int) {
 }
 
 // printLines writes up to limit statement lines under a title.
-func printLines(w io.Writer, title string, lines []reconcile.StatementLine, total int64, limit int) {
+func printLines(w io.Writer, title string, lines []inspect.StatementLine, total int64, limit int) {
 	if total == 0 {
 		return
 	}
@@ -241,7 +243,7 @@ func printLines(w io.Writer, title string, lines []reconcile.StatementLine, tota
 }
 
 // lineWhere says where a line is: statement n, entry p, detail i of k.
-func lineWhere(l reconcile.StatementLine) string {
+func lineWhere(l inspect.StatementLine) string {
 	_, seq, _ := strings.Cut(l.Statement, "/")
 	s := fmt.Sprintf("%s.%d", seq, l.Position)
 	if l.TxCount > 1 {
@@ -250,7 +252,7 @@ func lineWhere(l reconcile.StatementLine) string {
 	return s
 }
 
-func lineAmount(l reconcile.StatementLine) string {
+func lineAmount(l inspect.StatementLine) string {
 	if l.AmountMinor == nil {
 		return "? " + l.Currency
 	}
@@ -259,11 +261,11 @@ func lineAmount(l reconcile.StatementLine) string {
 
 // lineParty is the line's counterparty: its name and account, as the
 // bank reports them.
-func lineParty(l reconcile.StatementLine) string {
+func lineParty(l inspect.StatementLine) string {
 	return orDash(strings.TrimSpace(l.Counterparty + " " + l.CounterpartyAccount))
 }
 
-func lineNote(l reconcile.StatementLine) string {
+func lineNote(l inspect.StatementLine) string {
 	var notes []string
 	if l.Reversal {
 		notes = append(notes, "reversal")

@@ -1,5 +1,5 @@
 // Package checktest fails a test on any broken exactly-once invariant: it
-// runs the one checker, reconcile.CheckInvariants, with the bank's
+// runs the one checker, audit.CheckInvariants, with the bank's
 // statement read for it. Nothing in settle's binaries may import it.
 package checktest
 
@@ -8,15 +8,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/inspect"
 )
 
 // CheckInvariants runs the one exactly-once checker
-// (reconcile.CheckInvariants) and fails t with every violation. When
+// (audit.CheckInvariants) and fails t with every violation. When
 // bankURL is not empty it reads that bank's statement first and checks the
 // ledger against it (e.CheckBank, e.Payments).
-func CheckInvariants(t testing.TB, db reconcile.Querier, bankURL string, e reconcile.Expect) {
+func CheckInvariants(t testing.TB, db inspect.Querier, bankURL string, e audit.Expect) {
 	t.Helper()
 	var client bankclient.Bank
 	if bankURL != "" {
@@ -31,7 +32,7 @@ func CheckInvariants(t testing.TB, db reconcile.Querier, bankURL string, e recon
 
 // CheckInvariantsAt is CheckInvariants reading the statement through
 // client, a connector's Bank (nil: the ledger alone).
-func CheckInvariantsAt(t testing.TB, db reconcile.Querier, client bankclient.Bank, e reconcile.Expect) {
+func CheckInvariantsAt(t testing.TB, db inspect.Querier, client bankclient.Bank, e audit.Expect) {
 	t.Helper()
 	ctx := context.Background()
 	if client != nil {
@@ -41,7 +42,7 @@ func CheckInvariantsAt(t testing.TB, db reconcile.Querier, client bankclient.Ban
 		}
 		e.CheckBank = true
 	}
-	v, err := reconcile.CheckInvariants(ctx, db, e)
+	v, err := audit.CheckInvariants(ctx, db, e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,10 +53,10 @@ func CheckInvariantsAt(t testing.TB, db reconcile.Querier, client bankclient.Ban
 
 // Amounts returns the expectation that each settlement of acked exists and
 // holds that amount (the amount it was acknowledged with).
-func Amounts(acked map[string]int64) map[string]reconcile.Payload {
-	first := make(map[string]reconcile.Payload, len(acked))
+func Amounts(acked map[string]int64) map[string]audit.Payload {
+	first := make(map[string]audit.Payload, len(acked))
 	for id, amount := range acked {
-		first[id] = reconcile.Payload{AmountCents: amount}
+		first[id] = audit.Payload{AmountCents: amount}
 	}
 	return first
 }

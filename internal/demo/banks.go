@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/internal/workerproc"
-	"github.com/settle/settle/reconcile"
 )
 
 // SeveralBanks are the banks `settle demo --bank a,b` can run at once: those
@@ -193,8 +193,8 @@ func runBanks(ctx context.Context, o Options, names []string, faults bankclient.
 		if int(total) != len(b.stream.First) || wrong != 0 {
 			fail("bank %s holds %d settlements (%d of another bank's stream), want %d", b.name, total, wrong, len(b.stream.First))
 		}
-		var br reconcile.BankReport
-		counts, err := (&reconcile.BankReporter{DB: pool, Bank: client, BankName: b.name}).Run(ctx, &br)
+		var br audit.BankReport
+		counts, err := (&audit.BankReporter{DB: pool, Bank: client, BankName: b.name}).Run(ctx, &br)
 		if err != nil {
 			return rep, fmt.Errorf("error reconciling with the %s bank: %w", b.name, err)
 		}
@@ -205,21 +205,21 @@ func runBanks(ctx context.Context, o Options, names []string, faults bankclient.
 		if st.MaxPaymentsPerReference > 1 || st.MaxExecutionsPerKey > 1 {
 			fail("bank %s paid a settlement more than once", b.name)
 		}
-		e := reconcile.Expect{First: map[string]reconcile.Payload{}, CheckBank: true, Recovered: true, Bank: b.name}
+		e := audit.Expect{First: map[string]audit.Payload{}, CheckBank: true, Recovered: true, Bank: b.name}
 		for id, amount := range b.stream.Amounts {
-			e.First[id] = reconcile.Payload{AmountCents: amount}
+			e.First[id] = audit.Payload{AmountCents: amount}
 			e.Delivered = append(e.Delivered, id)
 		}
 		if e.Payments, err = bankclient.AllPayments(ctx, client); err != nil {
 			return rep, fmt.Errorf("error reading the %s bank's books: %w", b.name, err)
 		}
-		v, err := reconcile.CheckInvariants(ctx, pool, e)
+		v, err := audit.CheckInvariants(ctx, pool, e)
 		if err != nil {
 			return rep, err
 		}
 		rep.Violations = append(rep.Violations, v...)
 		say("%-8s %12d %10d %8d %9d %10d %9d %14d", b.name, total, confirmed, failed, returned, counts.BankPayments,
-			counts.ByClass[reconcile.ClassMatched], counts.Discrepancies())
+			counts.ByClass[audit.ClassMatched], counts.Discrepancies())
 	}
 
 	// A few settlements of each bank, as settle reconcile list shows them.

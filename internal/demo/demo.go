@@ -34,15 +34,17 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/obie"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/submit"
 	"github.com/settle/settle/internal/workerproc"
-	"github.com/settle/settle/reconcile"
 	kafkasrc "github.com/settle/settle/source/kafka"
+	"github.com/settle/settle/statement/importer"
 )
 
 // Options configure a demo run.
@@ -87,14 +89,14 @@ type Options struct {
 type Report struct {
 	Events, Settlements, Redeliveries, Conflicts int
 	Submit                                       submit.Summary
-	Summary                                      reconcile.Summary
-	Bank                                         reconcile.BankCounts
+	Summary                                      inspect.Summary
+	Bank                                         audit.BankCounts
 	// StatementDays are the days whose camt.053 was fetched from the bank,
 	// Imports what importing each did, StatementBank the reconciliation of
 	// the ledger against them.
 	StatementDays []string
-	Imports       []reconcile.ImportResult
-	StatementBank reconcile.BankCounts
+	Imports       []importer.ImportResult
+	StatementBank audit.BankCounts
 	BankStats     bankclient.Stats
 	Traffic       BankTraffic
 	// asked says how the connector's bank was asked about a lost answer;
@@ -509,12 +511,12 @@ func (o Options) waitTerminal(ctx context.Context, pool *pgxpool.Pool, want int)
 // read fills the report from the database and the bank.
 func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer, client bankclient.Bank) error {
 	var err error
-	if r.Summary, err = (&reconcile.Inspector{DB: pool}).Summary(ctx); err != nil {
+	if r.Summary, err = (&inspect.Inspector{DB: pool}).Summary(ctx); err != nil {
 		return fmt.Errorf("error reading the reconcile summary: %w", err)
 	}
 	if !r.caps.NoList {
-		var br reconcile.BankReport
-		if r.Bank, err = (&reconcile.BankReporter{DB: pool, Bank: client}).Run(ctx, &br); err != nil {
+		var br audit.BankReport
+		if r.Bank, err = (&audit.BankReporter{DB: pool, Bank: client}).Run(ctx, &br); err != nil {
 			return fmt.Errorf("error reconciling with the bank: %w", err)
 		}
 	}
@@ -602,33 +604,33 @@ func (r *Report) checkBank(confirmed, returned int64) {
 	if n := r.Bank.Discrepancies(); n != 0 {
 		fail("the ledger and the bank disagree on %d settlements (run settle reconcile bank)", n)
 	}
-	if n := r.Bank.ByClass[reconcile.ClassUnresolved]; n != 0 {
+	if n := r.Bank.ByClass[audit.ClassUnresolved]; n != 0 {
 		fail("%d settlements unresolved at the bank reconciliation", n)
 	}
-	if m := r.Bank.ByClass[reconcile.ClassMatched]; m != confirmed {
+	if m := r.Bank.ByClass[audit.ClassMatched]; m != confirmed {
 		fail("%d settlements matched at the bank, %d confirmed", m, confirmed)
 	}
-	if m := r.Bank.ByClass[reconcile.ClassReturnedAgreed]; m != returned {
+	if m := r.Bank.ByClass[audit.ClassReturnedAgreed]; m != returned {
 		fail("%d settlements returned at the bank, %d returned here", m, returned)
 	}
 }
 
 // checkInvariants runs the one exactly-once checker
-// (reconcile.CheckInvariants) against the tables and the bank's books: a
+// (audit.CheckInvariants) against the tables and the bank's books: a
 // conflicting event changed nothing (each settlement holds, and was paid,
 // the amount of its first delivery), one movement per confirmed
 // settlement, no payment twice, every history allowed.
 func (r *Report) checkInvariants(ctx context.Context, pool *pgxpool.Pool, client bankclient.Bank, st Stream) error {
 	var err error
-	e := reconcile.Expect{First: make(map[string]reconcile.Payload, len(st.Amounts)), CheckBank: true, Recovered: true}
+	e := audit.Expect{First: make(map[string]audit.Payload, len(st.Amounts)), CheckBank: true, Recovered: true}
 	for id, amount := range st.Amounts {
-		e.First[id] = reconcile.Payload{AmountCents: amount}
+		e.First[id] = audit.Payload{AmountCents: amount}
 		e.Delivered = append(e.Delivered, id)
 	}
 	if e.Payments, err = bankclient.AllPayments(ctx, client); err != nil {
 		return fmt.Errorf("error reading the bank's statement: %w", err)
 	}
-	v, err := reconcile.CheckInvariants(ctx, pool, e)
+	v, err := audit.CheckInvariants(ctx, pool, e)
 	if err != nil {
 		return err
 	}
@@ -653,7 +655,7 @@ func (r Report) print(w io.Writer) {
 	} else {
 		p("settle reconcile bank (ledger vs the bank's statement, %d payments)", r.Bank.BankPayments)
 		var parts []string
-		for _, c := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed, reconcile.ClassReturnedAgreed}, reconcile.BreakClasses...) {
+		for _, c := range append([]audit.Class{audit.ClassMatched, audit.ClassFailedAgreed, audit.ClassReturnedAgreed}, audit.BreakClasses...) {
 			parts = append(parts, fmt.Sprintf("%s %d", c, r.Bank.ByClass[c]))
 		}
 		p("  %s", strings.Join(parts[:3], "  "))
@@ -732,7 +734,7 @@ func (r Report) print(w io.Writer) {
 		p("  - At the end the bank's end-of-day statement (camt.053: %d entries%s, %d payment lines)", entries, batches, lines)
 		p("    was fetched, imported once, and every line matched to its settlement by the reference settle sent:")
 		p("    %d settlements matched on the statement, nothing on it unexplained (settle reconcile bank --statements).",
-			r.StatementBank.ByClass[reconcile.ClassMatched])
+			r.StatementBank.ByClass[audit.ClassMatched])
 	}
 	r.printOutcomes(p)
 	p("")

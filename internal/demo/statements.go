@@ -12,8 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/statement/importer"
 )
 
 // statementAccounts are the accounts the demo's bank statements are for,
@@ -33,7 +35,7 @@ const maxStatementBytes = 256 << 20
 // reconcile bank --statements).
 func (r *Report) importStatements(ctx context.Context, pool *pgxpool.Pool, bankURL string, start time.Time) error {
 	client := &http.Client{Timeout: time.Minute}
-	im := &reconcile.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Accounts: statementAccounts}
+	im := &importer.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Accounts: statementAccounts}
 	end := time.Now().UTC()
 	for day := start.UTC().Truncate(24 * time.Hour); !day.After(end); day = day.AddDate(0, 0, 1) {
 		date := day.Format(time.DateOnly)
@@ -51,10 +53,10 @@ func (r *Report) importStatements(ctx context.Context, pool *pgxpool.Pool, bankU
 		r.StatementDays = append(r.StatementDays, date)
 		r.Imports = append(r.Imports, res)
 	}
-	var rep reconcile.BankReport
-	counts, err := (&reconcile.StatementReporter{DB: pool}).Run(ctx, &rep)
+	var rep audit.BankReport
+	counts, err := (&audit.StatementReporter{DB: pool}).Run(ctx, &rep)
 	switch {
-	case errors.Is(err, reconcile.ErrNoStatements):
+	case errors.Is(err, audit.ErrNoStatements):
 		return nil // check says whether that is right
 	case err != nil:
 		return fmt.Errorf("error reconciling with the bank's statements: %w", err)
@@ -107,13 +109,13 @@ func (r *Report) checkStatements(confirmed, returned int64) {
 	if n := c.Discrepancies(); n != 0 {
 		fail("the ledger and the bank's statements disagree on %d items (run settle reconcile bank --statements)", n)
 	}
-	if m := c.ByClass[reconcile.ClassMatched]; m != confirmed {
+	if m := c.ByClass[audit.ClassMatched]; m != confirmed {
 		fail("%d settlements matched on the bank's statements, %d confirmed", m, confirmed)
 	}
-	if m := c.ByClass[reconcile.ClassReturnedAgreed]; m != returned {
+	if m := c.ByClass[audit.ClassReturnedAgreed]; m != returned {
 		fail("%d settlements returned on the bank's statements, %d returned here", m, returned)
 	}
-	if n := c.ByClass[reconcile.ClassUnresolved]; n != 0 {
+	if n := c.ByClass[audit.ClassUnresolved]; n != 0 {
 		fail("%d settlements unresolved at the statement reconciliation", n)
 	}
 }
@@ -135,12 +137,12 @@ func (r Report) printStatements(p func(string, ...any)) {
 	c := r.StatementBank
 	p("settle reconcile bank --statements (ledger vs the imported statements, %d lines)", c.StatementLines)
 	var parts []string
-	for _, cl := range append([]reconcile.Class{reconcile.ClassMatched, reconcile.ClassFailedAgreed, reconcile.ClassReturnedAgreed},
-		reconcile.StatementBreakClasses...) {
+	for _, cl := range append([]audit.Class{audit.ClassMatched, audit.ClassFailedAgreed, audit.ClassReturnedAgreed},
+		audit.StatementBreakClasses...) {
 		parts = append(parts, fmt.Sprintf("%s %d", cl, c.ByClass[cl]))
 	}
-	parts = append(parts, fmt.Sprintf("%s %d", reconcile.ClassUnmatchedEntries, c.ByClass[reconcile.ClassUnmatchedEntries]),
-		fmt.Sprintf("%s %d", reconcile.ClassBalanceBreaks, c.ByClass[reconcile.ClassBalanceBreaks]))
+	parts = append(parts, fmt.Sprintf("%s %d", audit.ClassUnmatchedEntries, c.ByClass[audit.ClassUnmatchedEntries]),
+		fmt.Sprintf("%s %d", audit.ClassBalanceBreaks, c.ByClass[audit.ClassBalanceBreaks]))
 	p("  %s", strings.Join(parts[:3], "  "))
 	p("  %s", strings.Join(parts[3:], "  "))
 	p("")

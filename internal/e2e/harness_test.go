@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	_ "github.com/settle/settle/bankclient/stripe" // the stripe connector, for --bank stripe
 	"github.com/settle/settle/fakebank"
@@ -27,7 +28,6 @@ import (
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/workerproc"
 	"github.com/settle/settle/internal/workertest"
-	"github.com/settle/settle/reconcile"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }
@@ -198,7 +198,7 @@ func waitAllTerminal(t *testing.T, db *dbtest.DB, want int) {
 // settlement holding the amount of its first accepted payload.
 func checkInvariants(t *testing.T, db *dbtest.DB, b *bank, want map[string]int64) {
 	t.Helper()
-	checktest.CheckInvariantsAt(t, db.Pool, b.books(t), reconcile.Expect{First: checktest.Amounts(want), Recovered: true})
+	checktest.CheckInvariantsAt(t, db.Pool, b.books(t), audit.Expect{First: checktest.Amounts(want), Recovered: true})
 }
 
 // books returns a bankclient.Bank whose statement is the bank's books: its

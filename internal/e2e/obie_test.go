@@ -20,6 +20,7 @@ import (
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/statement/importer"
 )
 
 // obieTokenKey is the workers' token key (obie.EnvTokenKey).
@@ -115,7 +116,7 @@ func TestKeyTTLOBIEStatementsResolve(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err == nil {
-				im := &reconcile.StatementImporter{DB: db.Pool, Returns: &reconcile.Resolver{DB: db.Pool}, Accounts: []string{fakebank.OBIEDebtorAccount}}
+				im := &importer.StatementImporter{DB: db.Pool, Returns: &reconcile.Resolver{DB: db.Pool}, Accounts: []string{fakebank.OBIEDebtorAccount}}
 				if _, err := im.Import(ctx, "camt053.xml", bytes.NewReader(data)); err != nil {
 					t.Fatal(err)
 				}
@@ -176,7 +177,7 @@ func TestReconcileBankOBIENeedsStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im := &reconcile.StatementImporter{DB: db.Pool, Returns: &reconcile.Resolver{DB: db.Pool}, Accounts: []string{fakebank.OBIEDebtorAccount}}
+	im := &importer.StatementImporter{DB: db.Pool, Returns: &reconcile.Resolver{DB: db.Pool}, Accounts: []string{fakebank.OBIEDebtorAccount}}
 	if _, err := im.Import(context.Background(), "camt053.xml", bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/checktest"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/workertest"
-	"github.com/settle/settle/reconcile"
 )
 
 // TestTwoBanksOneDatabase is issue 34's proof: two worker processes on one
@@ -148,7 +148,7 @@ func TestTwoBanksOneDatabase(t *testing.T) {
 		if st := b.Stats(); st.MaxPaymentsPerReference > 1 {
 			t.Errorf("%s paid a settlement %d times", name, st.MaxPaymentsPerReference)
 		}
-		checktest.CheckInvariantsAt(t, db.Pool, b.books(t), reconcile.Expect{First: checktest.Amounts(want), Recovered: true, Bank: name})
+		checktest.CheckInvariantsAt(t, db.Pool, b.books(t), audit.Expect{First: checktest.Amounts(want), Recovered: true, Bank: name})
 		t.Logf("%s: %d settlements, %d payments, %d POSTs, %d status calls", name, len(refsOf[name]), len(held), b.posts.Load(), b.status.Load())
 	}
 	var wrong int

@@ -4,7 +4,7 @@
 // streaming events with redeliveries against a faulty fakebank, and the
 // primary's machine killed mid-stream, then the promoted standby's too once
 // the old primary has rejoined. It checks the exactly-once invariants
-// afterwards (reconcile.CheckInvariants) and reports the 503 answers and the
+// afterwards (audit.CheckInvariants) and reports the 503 answers and the
 // time without a primary of each failover.
 //
 // It holds tests only.

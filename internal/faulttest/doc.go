@@ -5,7 +5,7 @@
 // private PostgreSQL clusters and an in-process fakebank behind a
 // switchable, counting front (internal/loadtest), and check the
 // exactly-once invariants in SQL and at the bank afterwards
-// (reconcile.CheckInvariants).
+// (audit.CheckInvariants).
 //
 // It holds tests only.
 package faulttest

@@ -3,7 +3,7 @@
 // restartable PostgreSQL cluster, an in-process fakebank behind a
 // switchable, counting front, a redelivering producer, a scrape of a
 // worker's /metrics, and waiting for and checking the end state (through
-// reconcile.CheckInvariants). Its functions return errors rather than take
+// audit.CheckInvariants). Its functions return errors rather than take
 // a *testing.T so that the soak can use them too.
 //
 // It owns only test machinery: nothing in settle's binaries may import it,

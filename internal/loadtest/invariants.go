@@ -7,19 +7,19 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/reconcile"
 )
 
 // CheckInvariants runs the one exactly-once checker
-// (reconcile.CheckInvariants) once every settlement should be terminal:
+// (audit.CheckInvariants) once every settlement should be terminal:
 // every acknowledged settlement exists with the acknowledged amount, and,
 // when bank is not nil, the ledger agrees with the bank's books. It returns
 // every violation found (empty when all hold); acked may be nil.
 func CheckInvariants(ctx context.Context, pool *pgxpool.Pool, bank *Bank, acked map[string]int64) ([]string, error) {
-	e := reconcile.Expect{First: make(map[string]reconcile.Payload, len(acked)), Recovered: true}
+	e := audit.Expect{First: make(map[string]audit.Payload, len(acked)), Recovered: true}
 	for id, amount := range acked {
-		e.First[id] = reconcile.Payload{AmountCents: amount}
+		e.First[id] = audit.Payload{AmountCents: amount}
 		e.Delivered = append(e.Delivered, id)
 	}
 	if bank != nil {
@@ -32,7 +32,7 @@ func CheckInvariants(ctx context.Context, pool *pgxpool.Pool, bank *Bank, acked 
 		}
 		e.CheckBank = true
 	}
-	return reconcile.CheckInvariants(ctx, pool, e)
+	return audit.CheckInvariants(ctx, pool, e)
 }
 
 // StateCounts returns the number of settlements in each state.

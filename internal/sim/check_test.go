@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/reconcile"
 )
 
 // cleanSeed is a seed of the default range whose run breaks no invariant
@@ -126,7 +126,7 @@ func TestCheckerCatchesPlantedViolations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := reconcile.CheckInvariants(ctx, db.Pool, r.expect())
+			got, err := audit.CheckInvariants(ctx, db.Pool, r.expect())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +287,7 @@ func TestCheckerCatchesPlantedReturnViolations(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			got, err := reconcile.CheckInvariants(ctx, db.Pool, r.expect())
+			got, err := audit.CheckInvariants(ctx, db.Pool, r.expect())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -258,7 +258,7 @@ func (b *Bank) underConsent(key string, req bankclient.PaymentRequest, now time.
 }
 
 // consentChecks are the checks of the consent step (DESIGN.md section 13)
-// at a bank whose payments need a consent, beside reconcile.CheckInvariants
+// at a bank whose payments need a consent, beside audit.CheckInvariants
 // (which holds the money invariants for every caller). Each line is a
 // violation:
 //

@@ -10,7 +10,7 @@
 // real engine (intake.Service and reconcile.Resolver)
 // against a real PostgreSQL database and an in-memory model of the bank
 // ([Bank]), then checks the exactly-once invariants in SQL and against the
-// bank's books (reconcile.CheckInvariants, which on every schedule includes
+// bank's books (audit.CheckInvariants, which on every schedule includes
 // the ledger's: balances sum to zero per currency, each settlement's
 // postings and hold match its state, kept balances equal the sums of
 // postings and open holds), and at a consent bank the

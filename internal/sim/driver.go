@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/intake"
@@ -293,7 +294,7 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 	if err := r.recoverReturns(ctx); err != nil {
 		return nil, err
 	}
-	violations, err := reconcile.CheckInvariants(ctx, r.pool, r.expect())
+	violations, err := audit.CheckInvariants(ctx, r.pool, r.expect())
 	if err != nil {
 		return nil, err
 	}
@@ -764,13 +765,13 @@ func (r *run) single(ctx context.Context, label string, mk func(*actor, *string)
 
 // expect is what the checker needs to know of the run: every payload whose
 // intake committed first, every delivery, the bank's books.
-func (r *run) expect() reconcile.Expect {
-	first := make(map[string]reconcile.Payload, len(r.first))
+func (r *run) expect() audit.Expect {
+	first := make(map[string]audit.Payload, len(r.first))
 	for id, ev := range r.first {
-		first[id] = reconcile.Payload{AccountID: ev.AccountID, AmountCents: ev.AmountCents, Currency: ev.Currency,
+		first[id] = audit.Payload{AccountID: ev.AccountID, AmountCents: ev.AmountCents, Currency: ev.Currency,
 			Beneficiary: ev.Beneficiary, PayloadHash: intake.CanonicalHash(ev)}
 	}
-	e := reconcile.Expect{
+	e := audit.Expect{
 		KeyTTL:         r.engineTTL,
 		First:          first,
 		AllCommitted:   true,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/statement/importer"
 )
 
 // setReturns draws the bank's return profile (none for a quarter of the
@@ -151,10 +152,10 @@ func (r *run) statementFile(paid, rets []ReturnEntry) []byte {
 	return file
 }
 
-// importFn imports file through reconcile.StatementImporter, its returns
+// importFn imports file through importer.StatementImporter, its returns
 // booked by actor a.
 func (r *run) importFn(a *actor, file []byte, out *string) func(context.Context) {
-	im := &reconcile.StatementImporter{DB: r.pool, Returns: r.resolver(a), Accounts: []string{simAccount}}
+	im := &importer.StatementImporter{DB: r.pool, Returns: r.resolver(a), Accounts: []string{simAccount}}
 	name := fmt.Sprintf("sim-%d.camt054.xml", len(r.statements))
 	return func(ctx context.Context) {
 		res, err := im.Import(ctx, name, bytes.NewReader(file))

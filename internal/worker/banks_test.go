@@ -13,11 +13,11 @@ import (
 
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/settletest"
 	"github.com/settle/settle/internal/worker"
-	"github.com/settle/settle/reconcile"
 )
 
 // runWorker runs a worker of c until the test ends and returns its API's
@@ -172,14 +172,14 @@ func TestWaitingForAWorkerOfItsBank(t *testing.T) {
 	if state != "pending" || attempts != 0 || jobs != 1 {
 		t.Fatalf("stripe's settlement: %s, %d bank attempts, %d jobs; want pending, none, its one send job", state, attempts, jobs)
 	}
-	st, err := (&reconcile.Inspector{DB: db.Pool}).Show(ctx, "theirs")
+	st, err := (&inspect.Inspector{DB: db.Pool}).Show(ctx, "theirs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Waiting != "waiting for a worker of bank stripe" || st.Settlement.Bank != "stripe" {
 		t.Fatalf("story: bank %q, waiting %q", st.Settlement.Bank, st.Waiting)
 	}
-	if mine, _ := (&reconcile.Inspector{DB: db.Pool}).Show(ctx, "mine"); mine.Waiting != "" {
+	if mine, _ := (&inspect.Inspector{DB: db.Pool}).Show(ctx, "mine"); mine.Waiting != "" {
 		t.Fatalf("a settled settlement waits: %q", mine.Waiting)
 	}
 }

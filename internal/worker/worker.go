@@ -34,6 +34,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/console"
 	"github.com/settle/settle/events"
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/internal/httpsafe"
@@ -481,7 +482,7 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 	w.beat(beatCtx)
 	go func() {
 		defer close(beatDone)
-		t := time.NewTicker(reconcile.BankHeartbeat)
+		t := time.NewTicker(inspect.BankHeartbeat)
 		defer t.Stop()
 		for {
 			select {
@@ -559,9 +560,9 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 
 // beat records the banks this worker serves as served now.
 func (w *Worker) beat(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, reconcile.BankHeartbeat)
+	ctx, cancel := context.WithTimeout(ctx, inspect.BankHeartbeat)
 	defer cancel()
-	if err := reconcile.BeatBanks(ctx, w.cfg.Pool, w.cfg.BankNames()); err != nil && ctx.Err() == nil {
+	if err := inspect.BeatBanks(ctx, w.cfg.Pool, w.cfg.BankNames()); err != nil && ctx.Err() == nil {
 		w.logger.Warn("could not record the banks served", "error", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/checktest"
 	"github.com/settle/settle/internal/crash"
@@ -16,7 +17,6 @@ import (
 	"github.com/settle/settle/internal/loadtest"
 	"github.com/settle/settle/internal/workerproc"
 	"github.com/settle/settle/internal/workertest"
-	"github.com/settle/settle/reconcile"
 	kafkasrc "github.com/settle/settle/source/kafka"
 	"github.com/settle/settle/source/sourcetest"
 )
@@ -65,7 +65,7 @@ func settleAll(t *testing.T, pool *pgxpool.Pool, c *kafkatest.Cluster, bank *loa
 	}
 	_, adm := c.Client(t)
 	waitFor(t, "the group drained", func() bool { ok, _ := kafkatest.Drained(adm, kafkasrc.DefaultGroup, topic); return ok })
-	e := reconcile.Expect{First: checktest.Amounts(amounts), AllCommitted: true, Recovered: true}
+	e := audit.Expect{First: checktest.Amounts(amounts), AllCommitted: true, Recovered: true}
 	for id := range amounts {
 		e.Delivered = append(e.Delivered, id)
 	}

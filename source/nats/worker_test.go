@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/checktest"
@@ -21,7 +22,6 @@ import (
 	"github.com/settle/settle/internal/natstest"
 	"github.com/settle/settle/internal/workerproc"
 	"github.com/settle/settle/internal/workertest"
-	"github.com/settle/settle/reconcile"
 	natssrc "github.com/settle/settle/source/nats"
 )
 
@@ -69,7 +69,7 @@ func settleAll(t *testing.T, pool *pgxpool.Pool, js jetstream.JetStream, bank *l
 	}
 	h := &harness{t: t, pool: pool, js: js}
 	h.waitDrained(2 * time.Minute)
-	e := reconcile.Expect{First: checktest.Amounts(amounts), AllCommitted: true, Recovered: true}
+	e := audit.Expect{First: checktest.Amounts(amounts), AllCommitted: true, Recovered: true}
 	for id := range amounts {
 		e.Delivered = append(e.Delivered, id)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/checktest"
 	"github.com/settle/settle/internal/crash"
@@ -16,7 +17,6 @@ import (
 	"github.com/settle/settle/internal/loadtest"
 	"github.com/settle/settle/internal/workerproc"
 	"github.com/settle/settle/internal/workertest"
-	"github.com/settle/settle/reconcile"
 )
 
 // startBank starts a fakebank, closed when the test ends.
@@ -63,7 +63,7 @@ func (h *harness) settleAll(pool *pgxpool.Pool, bank *loadtest.Bank, amounts map
 		t.Fatal(err)
 	}
 	h.waitDrained(2 * time.Minute)
-	e := reconcile.Expect{First: checktest.Amounts(amounts), AllCommitted: true, Recovered: true}
+	e := audit.Expect{First: checktest.Amounts(amounts), AllCommitted: true, Recovered: true}
 	for id := range amounts {
 		e.Delivered = append(e.Delivered, id)
 	}

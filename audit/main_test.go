@@ -1,0 +1,10 @@
+package audit
+
+import (
+	"os"
+	"testing"
+
+	"github.com/settle/settle/internal/dbtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }

@@ -1,0 +1,10 @@
+package inspect
+
+import (
+	"os"
+	"testing"
+
+	"github.com/settle/settle/internal/dbtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
