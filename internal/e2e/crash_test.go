@@ -12,6 +12,7 @@ import (
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/workerproc"
+	"github.com/settle/settle/ledger"
 )
 
 // TestCrashPoints kills a worker subprocess at each crash point, restarts
@@ -31,10 +32,24 @@ func TestCrashPointsStripe(t *testing.T) {
 	crashPoints(t, target{name: "stripe", beneficiary: "ba_1CrashTest"})
 }
 
+// TestCrashPointsFundsCheck is TestCrashPoints with --funds-check on and
+// the paying account credited with exactly the payout's amount: at every
+// crash point the redelivery is accepted (the hold of the first delivery,
+// if it committed, is the receipt's, not a second claim on the money), the
+// payout is paid once, and the account ends with nothing posted, held or
+// available (the checker's ledger rules hold too).
+func TestCrashPointsFundsCheck(t *testing.T) {
+	t.Parallel()
+	crashPoints(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-1", fundsCheck: true})
+}
+
 // target is a bank connector the end-to-end tests run against.
 type target struct {
 	name        string
 	beneficiary string
+	// fundsCheck runs the workers with --funds-check, the paying account
+	// credited with the payout's amount first.
+	fundsCheck bool
 	// currency is the settlements' (default EUR).
 	currency string
 	// points are crash points beyond crash.Points (the consent step's).
@@ -71,8 +86,17 @@ func crashPoints(t *testing.T, tg target) {
 			b, env := tg.bank(t, 1, bankclient.Faults{SettleDelayMS: 300, ConsentDelayMS: 300})
 			flags := append(workerFlags(b.url), "--bank", tg.name)
 			ev := intake.Event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: tg.cur(), Beneficiary: tg.beneficiary, EventID: "first"}
+			if tg.fundsCheck {
+				flags = append(flags, "--funds-check")
+			}
 
 			w1 := startWorker(t, "w1", db.URL, append([]string{"SETTLE_CRASH_AT=" + point}, env...), flags...)
+			if tg.fundsCheck {
+				if _, err := ledger.Credit(context.Background(), db.Pool, ledger.CreditRequest{AccountID: ev.AccountID,
+					AmountMinor: ev.AmountCents, Currency: ev.Currency, Ref: "wire-" + point}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			code, err := post(w1.URL(), ev)
 			// The worker may die before answering (intake points): the
 			// producer then redelivers.
@@ -102,6 +126,12 @@ func crashPoints(t *testing.T, tg target) {
 			st := b.Stats()
 			if state != "confirmed" || movements != 1 || receipts != 1 || st.MaxPaymentsPerReference != 1 {
 				t.Errorf("after crash at %s: state %s, %d movements, %d receipts, bank %+v", point, state, movements, receipts, st)
+			}
+			if tg.fundsCheck {
+				bs, err := ledger.Balances(context.Background(), db.Pool, ev.AccountID)
+				if err != nil || len(bs) != 1 || bs[0].Posted != 0 || bs[0].Held != 0 || bs[0].Available != 0 {
+					t.Errorf("after crash at %s: balances %+v, %v; want nothing posted, held or available", point, bs, err)
+				}
 			}
 
 			// The restarted worker also stops gracefully.
