@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // countSink counts what a report streams and keeps nothing.

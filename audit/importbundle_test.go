@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/statement/importer"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // TestInvariantsPaidAtTheWrongBank: run against one bank's books (Expect.Bank),

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // fastRetry is a retry policy with tiny waits, so tests do not sleep.

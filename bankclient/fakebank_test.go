@@ -10,7 +10,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // This file runs the client against the bank simulator in-process: the two

@@ -8,8 +8,8 @@ import (
 	"github.com/settle/settle/bankclient"
 	_ "github.com/settle/settle/bankclient/stripe" // routed to, not served
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/settletest"
-	"github.com/settle/settle/internal/worker"
+	"github.com/settle/settle/internal/settlecmd/worker"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
 

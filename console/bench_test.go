@@ -15,7 +15,7 @@ import (
 
 	"github.com/settle/settle/console"
 	"github.com/settle/settle/inspect"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/reconcile"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/browsertest"
-	"github.com/settle/settle/internal/worker"
+	"github.com/settle/settle/internal/settlecmd/worker"
+	"github.com/settle/settle/internal/testsupport/browsertest"
 	"github.com/settle/settle/settlement"
 )
 

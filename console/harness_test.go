@@ -17,9 +17,9 @@ import (
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/inspect"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/settletest"
-	"github.com/settle/settle/internal/worker"
+	"github.com/settle/settle/internal/settlecmd/worker"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/events/eventstest"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/settlement"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 func TestReplayVersusKeyReuse(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 func TestMain(m *testing.M) {

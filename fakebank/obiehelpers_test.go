@@ -14,7 +14,7 @@ import (
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/fakebank/obietest"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // obBundle is an obie bank on an httptest server with a manual clock, the

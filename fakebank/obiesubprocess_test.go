@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/fakebank/obietest"
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // TestOBIEProcess runs `settle fakebank --profile obie` with a signing

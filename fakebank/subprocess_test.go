@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank/conformance"
-	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/testsupport/bintest"
 )
 
 // bankProcess is `settle fakebank` running as a subprocess.

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/settle/settle/internal/crash"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/workerproc"
-	"github.com/settle/settle/internal/workertest"
+	"github.com/settle/settle/internal/settlecmd/workerproc"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/workertest"
 )
 
 // startWorker runs `settle worker` on a free port against db with the extra

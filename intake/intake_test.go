@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 
 	"github.com/riverqueue/river"
@@ -20,8 +20,8 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/jobs"
 )
 

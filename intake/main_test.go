@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m, bintest.Cleanup)) }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/metrics"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // TestWrongBankJobRefused: a job whose settlement belongs to another bank

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/migrations"
 )
 

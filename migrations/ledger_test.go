@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/settle/settle/inspect"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/ledger"
 	"github.com/settle/settle/migrations"
 )

@@ -9,7 +9,7 @@ import (
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
 

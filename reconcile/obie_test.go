@@ -14,9 +14,9 @@ import (
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/fakebank/obietest"
-	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/bankclient/stripe/stripetest"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )

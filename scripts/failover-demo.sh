@@ -9,7 +9,7 @@
 # primary is killed too. Every second a line shows what the producer, the
 # workers' /readyz and the monitor see; the numbers come at the end: the time
 # without a primary and the 503 answers of each failover, events lost
-# (must be 0) and the exactly-once invariants. It is internal/failovertest's
+# (must be 0) and the exactly-once invariants. It is internal/systemtest/failovertest's
 # TestFailover, run verbosely. Exit status 0 when every invariant holds.
 #
 #   scripts/failover-demo.sh                   # two failovers, 20 events/s
@@ -41,7 +41,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0
 # CI=1: a missing pg_auto_failover fails instead of skipping.
-CI=1 go test ./internal/failovertest -run '^TestFailover$' -count=1 -v -timeout 15m \
+CI=1 go test ./internal/systemtest/failovertest -run '^TestFailover$' -count=1 -v -timeout 15m \
 	-failover.watch -failover.count "$count" -failover.rate "$rate" ${logs:+-failover.logs "$logs"} |
 	sed -u -e 's/^    [a-z_]*\.go:[0-9]*: //' | tee "$out" || status=$?
 

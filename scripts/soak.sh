@@ -8,11 +8,11 @@
 #   scripts/soak.sh                      # 10 minutes, 20 events/s
 #   scripts/soak.sh -duration 5m -rate 10 -json /tmp/soak.json
 #
-# Flags are those of internal/cmd/soak (go run ./internal/cmd/soak -h).
+# Flags are those of internal/systemtest/soak (go run ./internal/systemtest/soak -h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 go build -o "$dir/settle" ./cmd/settle
-go build -o "$dir/soak" ./internal/cmd/soak
+go build -o "$dir/soak" ./internal/systemtest/soak
 "$dir/soak" -bin "$dir/settle" "$@"

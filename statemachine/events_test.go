@@ -12,7 +12,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/inspect"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/settlement/settlementdb"
 	"github.com/settle/settle/statemachine"

@@ -13,7 +13,7 @@ import (
 	"github.com/settle/settle/bankclient/obie"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // TestTokenKeyRequired: the connector will not start without a token key,

@@ -17,7 +17,7 @@ import (
 	"github.com/settle/settle/bankclient/stripe/stripetest"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // TestConformanceAgainstStripesSpec runs the conformance suite with every

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/bench"
+	"github.com/settle/settle/internal/settlecmd/bench"
 )
 
 const benchDescription = `

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/migrations"
 )
 

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/pgembed"
+	"github.com/settle/settle/internal/testsupport/bintest"
 )
 
 // settleHome returns a fresh SETTLE_HOME and the environment that points

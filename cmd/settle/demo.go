@@ -9,8 +9,8 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
-	"github.com/settle/settle/internal/demo"
 	"github.com/settle/settle/internal/motoserver"
+	"github.com/settle/settle/internal/settlecmd/demo"
 )
 
 const demoDescription = `

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/testsupport/bintest"
 )
 
 // TestDemoThroughKafka runs `settle demo --source kafka`: the events go to

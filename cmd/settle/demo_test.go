@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/testsupport/bintest"
 )
 
 // TestDemoFromNothing runs `settle demo` as a newcomer would, with no

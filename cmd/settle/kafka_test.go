@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/kafkatest"
-	"github.com/settle/settle/internal/workerproc"
-	"github.com/settle/settle/internal/workertest"
+	"github.com/settle/settle/internal/settlecmd/workerproc"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/kafkatest"
+	"github.com/settle/settle/internal/testsupport/workertest"
 )
 
 // TestSubmitAndWorkerThroughKafka produces NDJSON to a topic of kfake (the

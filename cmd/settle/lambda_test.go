@@ -17,8 +17,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // TestLambdaHelp prints settle lambda's help, and refuses to start outside

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/settletest"
-	"github.com/settle/settle/internal/workertest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/settletest"
+	"github.com/settle/settle/internal/testsupport/workertest"
 )
 
 // TestWorkerBankTransportAndCeilings (issue 32, items 4 and 10): a worker

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // TestMain stops the private PostgreSQL cluster (if a test started one)

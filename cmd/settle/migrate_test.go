@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/testsupport/bintest"
 )
 
 // embeddedHome returns a fresh SETTLE_HOME and an environment that points

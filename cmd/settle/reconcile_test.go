@@ -17,8 +17,8 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )

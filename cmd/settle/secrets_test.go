@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/natsembed"
-	"github.com/settle/settle/internal/settletest"
-	"github.com/settle/settle/internal/workertest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/settletest"
+	"github.com/settle/settle/internal/testsupport/workertest"
 )
 
 // writeSecret writes a secret file of mode 0600 and returns its path.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/settle/settle/internal/natsembed"
 	"github.com/settle/settle/internal/pgembed"
-	"github.com/settle/settle/internal/submit"
+	"github.com/settle/settle/internal/settlecmd/submit"
 	"github.com/settle/settle/source"
 	kafkasrc "github.com/settle/settle/source/kafka"
 	natssrc "github.com/settle/settle/source/nats"

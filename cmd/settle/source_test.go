@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/workerproc"
+	"github.com/settle/settle/internal/settlecmd/workerproc"
+	"github.com/settle/settle/internal/testsupport/bintest"
 )
 
 // TestDemoThroughNATS runs `settle demo --source nats` with no NATS_URL:

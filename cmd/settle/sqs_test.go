@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/mototest"
-	"github.com/settle/settle/internal/workerproc"
-	"github.com/settle/settle/internal/workertest"
+	"github.com/settle/settle/internal/settlecmd/workerproc"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/mototest"
+	"github.com/settle/settle/internal/testsupport/workertest"
 )
 
 // TestSourceSpecs checks which --source SPECs are taken.

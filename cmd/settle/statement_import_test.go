@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
 	"github.com/settle/settle/internal/crash"
+	"github.com/settle/settle/internal/testsupport/bintest"
 )
 
 // importCamt is a camt.053 of one statement: a batch paying c-1 and c-2,

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/bintest"
+	"github.com/settle/settle/internal/testsupport/bintest"
 )
 
 // TestStatementImportBoundToDeclaredAccounts: a file whose statement is for

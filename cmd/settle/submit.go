@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/internal/cli"
-	"github.com/settle/settle/internal/submit"
-	"github.com/settle/settle/internal/worker"
+	"github.com/settle/settle/internal/settlecmd/submit"
+	"github.com/settle/settle/internal/settlecmd/worker"
 	natssrc "github.com/settle/settle/source/nats"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/workertest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/workertest"
 )
 
 // startWorkerBin runs `settle worker` on db with the API token tok and
@@ -48,7 +48,7 @@ func TestSubmitAgainstAWorker(t *testing.T) {
 	}
 
 	out, code := runBinOut(t, bin, env, "submit", "--url", url, "--api-token-file", tokFile, "--concurrency", "1", "--json",
-		"../../internal/submit/testdata/events.ndjson")
+		"../../internal/settlecmd/submit/testdata/events.ndjson")
 	if code != exitFindings {
 		t.Errorf("exit %d, want %d (invalid lines and a conflict)\n%s", code, exitFindings, out)
 	}
@@ -74,13 +74,13 @@ func TestSubmitAgainstAWorker(t *testing.T) {
 	}
 
 	// Everything again: only replays now, and the same invalid lines.
-	out, code = runBinOut(t, bin, append(env, "SETTLE_API_TOKEN="+tok), "submit", "--url", url, "../../internal/submit/testdata/events.ndjson")
+	out, code = runBinOut(t, bin, append(env, "SETTLE_API_TOKEN="+tok), "submit", "--url", url, "../../internal/settlecmd/submit/testdata/events.ndjson")
 	if code != exitFindings || !strings.Contains(out, "10 lines: 0 created, 5 replayed, 1 conflict, 4 invalid, 0 errors") ||
 		!strings.Contains(out, "line 4: invalid: line is not valid JSON") {
 		t.Errorf("second run: exit %d\n%s", code, out)
 	}
 
-	out, code = runBinOut(t, bin, env, "submit", "--url", url, "--api-token", "wrong", "../../internal/submit/testdata/events.ndjson")
+	out, code = runBinOut(t, bin, env, "submit", "--url", url, "--api-token", "wrong", "../../internal/settlecmd/submit/testdata/events.ndjson")
 	if code != exitError || !strings.Contains(out, "refused the token") {
 		t.Errorf("wrong token: exit %d, want %d\n%s", code, exitError, out)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/database"
-	"github.com/settle/settle/internal/worker"
+	"github.com/settle/settle/internal/settlecmd/worker"
 	"github.com/settle/settle/migrations"
 )
 

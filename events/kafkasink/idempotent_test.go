@@ -15,7 +15,7 @@ import (
 
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/events/kafkasink"
-	"github.com/settle/settle/internal/kafkatest"
+	"github.com/settle/settle/internal/testsupport/kafkatest"
 )
 
 // answerCutter is a TCP proxy in front of a broker that, once armed, lets

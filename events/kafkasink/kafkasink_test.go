@@ -18,8 +18,8 @@ import (
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/events/eventstest"
 	"github.com/settle/settle/events/kafkasink"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/kafkatest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/kafkatest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/events/eventstest"
 	"github.com/settle/settle/events/natssink"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/natstest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/natstest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/dbtest"
 	"github.com/settle/settle/internal/metrics"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }

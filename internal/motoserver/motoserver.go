@@ -2,7 +2,7 @@
 // a local stand-in for Amazon SQS: it speaks SQS's real HTTP API, with
 // visibility timeouts, receive counts and redrive, but it is not SQS (no
 // durability, no distribution, its own timing). settle demo --source sqs
-// and settle bench use it; tests use it through internal/mototest.
+// and settle bench use it; tests use it through internal/testsupport/mototest.
 //
 // It owns only the child process: started on 127.0.0.1 at a free port,
 // waited for by polling that port, killed by Close and, on Linux, when the

@@ -519,7 +519,7 @@ func (cr *credential) chown(path string) error {
 // ServerCredential returns the credential the PostgreSQL binaries run under:
 // nil when they can run as the current user, the postgres user's when we are
 // root (PostgreSQL refuses root). Test support that runs other PostgreSQL
-// tools (internal/hatest) starts them with it.
+// tools (internal/testsupport/hatest) starts them with it.
 func ServerCredential() (*syscall.Credential, error) {
 	cred, err := serverCredential()
 	if cred == nil || err != nil {

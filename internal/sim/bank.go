@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // Faults is the simulated bank's fault profile. Rates are probabilities in

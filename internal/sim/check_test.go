@@ -9,7 +9,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // cleanSeed is a seed of the default range whose run breaks no invariant

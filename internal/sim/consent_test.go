@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // TestConsentStep runs one settlement through the consent step of a bank

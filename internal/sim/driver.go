@@ -15,7 +15,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/settletest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/reconcile"
 )
 

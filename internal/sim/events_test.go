@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // TestEventChecks: a schedule's outcome events reach the model receiver

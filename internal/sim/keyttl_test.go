@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // TestKeyTTLBoundaryResend is the smallest schedule of a double payment the

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // returnBundle is one scripted schedule of TestReturnSources: s00

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 var (

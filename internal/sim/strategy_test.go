@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // TestLostAnswerStrategies runs one schedule against every kind of bank

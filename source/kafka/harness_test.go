@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/kafkatest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/kafkatest"
 	"github.com/settle/settle/source"
 	kafkasrc "github.com/settle/settle/source/kafka"
 	"github.com/settle/settle/source/sourcetest"
@@ -27,7 +27,7 @@ const (
 	partitions = 3
 )
 
-// startCluster starts kfake (internal/kafkatest) with the tests' topic.
+// startCluster starts kfake (internal/testsupport/kafkatest) with the tests' topic.
 func startCluster(t testing.TB) *kafkatest.Cluster {
 	t.Helper()
 	return kafkatest.Start(t, partitions, topic)

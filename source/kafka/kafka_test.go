@@ -17,9 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/kafkatest"
 	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/kafkatest"
 	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/source"
 	kafkasrc "github.com/settle/settle/source/kafka"

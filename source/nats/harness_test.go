@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/natstest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/natstest"
 	"github.com/settle/settle/source"
 	natssrc "github.com/settle/settle/source/nats"
 	"github.com/settle/settle/source/sourcetest"

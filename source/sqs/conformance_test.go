@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/settle/settle/internal/mototest"
+	"github.com/settle/settle/internal/testsupport/mototest"
 	"github.com/settle/settle/source"
 	"github.com/settle/settle/source/sourcetest"
 	sqssrc "github.com/settle/settle/source/sqs"

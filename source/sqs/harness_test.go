@@ -18,9 +18,9 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/settle/settle/intake"
-	"github.com/settle/settle/internal/bintest"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/mototest"
+	"github.com/settle/settle/internal/testsupport/bintest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/mototest"
 	"github.com/settle/settle/jobs"
 	"github.com/settle/settle/source"
 	sqssrc "github.com/settle/settle/source/sqs"

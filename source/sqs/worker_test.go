@@ -10,13 +10,13 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
-	"github.com/settle/settle/internal/checktest"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/database"
-	"github.com/settle/settle/internal/dbtest"
-	"github.com/settle/settle/internal/loadtest"
-	"github.com/settle/settle/internal/workerproc"
-	"github.com/settle/settle/internal/workertest"
+	"github.com/settle/settle/internal/settlecmd/workerproc"
+	"github.com/settle/settle/internal/testsupport/checktest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/loadtest"
+	"github.com/settle/settle/internal/testsupport/workertest"
 )
 
 // startBank starts a fakebank, closed when the test ends.

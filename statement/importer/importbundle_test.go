@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // importBundle is one test's private database with an importer.

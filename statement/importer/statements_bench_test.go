@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/internal/dbtest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
 // writeBenchCamt writes a camt.053 of n entries to a file: batches of ten
