@@ -93,6 +93,12 @@ type Config struct {
 	// its receipt's outcome, nothing held. The payouts of one account are
 	// decided one at a time, under the lock of the account's row.
 	FundsCheck bool
+	// GroupCommit, when positive, lets single events (Submit) share their
+	// intake transaction: at most GroupCommit such transactions run at
+	// once, and the events submitted meanwhile wait for the next one, which
+	// takes them all (up to 100) and gives each its own outcome. Zero
+	// commits every Submit alone. Batches (SubmitBatch) are not grouped.
+	GroupCommit int
 }
 
 // Service takes settlement events in: the receipt transaction, replays and
@@ -109,6 +115,9 @@ type Service struct {
 	router  *router
 	ceiling MaxAmounts
 	funds   bool
+	// group gathers single events into shared transactions (nil: each
+	// commits alone).
+	group *groupCommit
 }
 
 // NewService returns a Service for cfg.
@@ -149,6 +158,9 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
+	}
+	if cfg.GroupCommit > 0 {
+		s.group = &groupCommit{s: s, inFlight: cfg.GroupCommit}
 	}
 	return s, nil
 }
@@ -197,7 +209,15 @@ type Outcome struct {
 // event older than the replay horizon, and an error matching
 // ErrUnavailable when the database could not answer; then nothing was
 // acknowledged and the event should be delivered again.
+//
+// With Config.GroupCommit, events submitted at the same time share one
+// transaction; each still gets the outcome it would have had alone, and
+// one that fails the shared transaction is taken in again alone, so that
+// it fails no other.
 func (s *Service) Submit(ctx context.Context, ev Event) (Result, error) {
+	if s.group != nil {
+		return s.group.submit(ctx, ev)
+	}
 	outs, err := s.SubmitBatch(ctx, []Event{ev})
 	if err != nil {
 		return Result{}, err
@@ -241,6 +261,16 @@ type InTx func(ctx context.Context, tx pgx.Tx, refused []error) error
 // no event reaches it. Event sources record their rejects this way, in the
 // transaction that records the batch (DESIGN.md section 18).
 func (s *Service) SubmitBatchTx(ctx context.Context, evs []Event, inTx InTx) ([]Outcome, error) {
+	return s.submit(ctx, evs, inTx, false)
+}
+
+// submit is SubmitBatchTx. With grouped (the events are independent
+// producers' single requests sharing a transaction), what goes wrong after
+// the commit concerns only the events it concerns: a conflict that could
+// not be recorded fails that event alone (the others committed and get
+// their answers). An error returned concerns every event, and then, except
+// for ErrUnavailable, nothing was committed.
+func (s *Service) submit(ctx context.Context, evs []Event, inTx InTx, grouped bool) ([]Outcome, error) {
 	now := s.now()
 	outs := make([]Outcome, len(evs))
 	hashes := make([]string, len(evs))
@@ -315,19 +345,24 @@ func (s *Service) SubmitBatchTx(ctx context.Context, evs []Event, inTx InTx) ([]
 			if hashes[i] != rr.hash {
 				ce := &ConflictError{SettlementID: ev.SettlementID, StoredHash: rr.hash, IncomingHash: hashes[i]}
 				outs[i].Err = ce
-				conflicts = append(conflicts, conflictRecord{ev: ev, err: ce})
+				conflicts = append(conflicts, conflictRecord{i: i, ev: ev, err: ce})
 				continue
 			}
 			outs[i].Err = &InsufficientFundsError{SettlementID: ev.SettlementID, AccountID: ev.AccountID, AmountMinor: ev.AmountCents, Currency: ev.Currency}
 			continue
 		}
 		if !ok {
-			return nil, fmt.Errorf("error reading settlement %s after intake: no stored row", ev.SettlementID)
+			err := fmt.Errorf("error reading settlement %s after intake: no stored row", ev.SettlementID)
+			if !grouped {
+				return nil, err
+			}
+			outs[i].Err = err
+			continue
 		}
 		if hashes[i] != st.PayloadHash {
 			ce := &ConflictError{SettlementID: ev.SettlementID, StoredHash: st.PayloadHash, IncomingHash: hashes[i]}
 			outs[i].Err = ce
-			conflicts = append(conflicts, conflictRecord{ev: ev, err: ce})
+			conflicts = append(conflicts, conflictRecord{i: i, ev: ev, err: ce})
 			continue
 		}
 		creator := res.created[ev.SettlementID] && leads[ev.SettlementID].hash == hashes[i] && !res.claimed[ev.SettlementID]
@@ -342,7 +377,12 @@ func (s *Service) SubmitBatchTx(ctx context.Context, evs []Event, inTx InTx) ([]
 		if err := s.recordConflicts(ctx, conflicts, now); err != nil {
 			// Never answer 409 for a conflict that was not recorded: the
 			// producer retries, and the replays in this batch stay replays.
-			return nil, classify(err)
+			if !grouped {
+				return nil, classify(err)
+			}
+			for _, c := range conflicts {
+				outs[c.i].Err = classify(err)
+			}
 		}
 	}
 	for i := range outs {
@@ -684,6 +724,8 @@ func (r errRow) Scan(...any) error { return r.err }
 
 // conflictRecord is one conflict to write to receipt_conflicts.
 type conflictRecord struct {
+	// i is the event's index in its batch.
+	i   int
 	ev  Event
 	err *ConflictError
 }

@@ -38,7 +38,8 @@ func startAPI(pool *pgxpool.Pool, concurrency int) (*api, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating the River client: %w", err)
 	}
-	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc}})
+	// The worker's default: single requests share transactions.
+	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc}, GroupCommit: intake.DefaultGroupCommit})
 	if err != nil {
 		return nil, err
 	}

@@ -91,6 +91,11 @@ type Config struct {
 	// FundsCheck refuses payouts their accounts' available balances do not
 	// cover (--funds-check, SETTLE_FUNDS_CHECK; DESIGN.md section 20).
 	FundsCheck bool
+	// IntakeGroupCommit is the intake transactions of single requests
+	// (POST /v1/settlements) in flight at once; the requests arriving
+	// meanwhile share the next (--intake-group-commit; 0: each commits
+	// alone). See intake.Config.GroupCommit.
+	IntakeGroupCommit int
 	// Routes bind the events that name no bank (--route CURRENCY=BANK,
 	// --route default=BANK; SETTLE_ROUTE): by currency, else the default,
 	// else the one bank served. A rule may name a bank this worker does not
@@ -219,6 +224,7 @@ func DefaultConfig() Config {
 		ConsentWait:       reconcile.DefaultConsentWait,
 		PendingGrace:      intake.DefaultPendingGrace,
 		MaxInflight:       intake.DefaultMaxInflight,
+		IntakeGroupCommit: intake.DefaultGroupCommit,
 		ShutdownTimeout:   15 * time.Second,
 		BankTimeout:       bankclient.DefaultTimeout,
 		BankAttempts:      bankclient.DefaultRetryPolicy.MaxAttempts,
@@ -280,6 +286,8 @@ func (c Config) Validate() error {
 		return errors.New("--pending-grace must be positive")
 	case c.MaxInflight <= 0:
 		return errors.New("--max-inflight must be positive")
+	case c.IntakeGroupCommit < 0:
+		return errors.New("--intake-group-commit must not be negative")
 	case c.BankAttempts < 1:
 		return errors.New("--bank-attempts must be at least 1")
 	case c.BankTimeout <= 0 || c.JobTimeout <= 0 || c.SweepInterval <= 0 || c.RetentionInterval <= 0 || c.RematchInterval < 0 ||
@@ -403,6 +411,7 @@ func New(cfg Config) (*Worker, error) {
 		Routes:        cfg.Routes,
 		MaxAmounts:    cfg.MaxAmounts,
 		FundsCheck:    cfg.FundsCheck,
+		GroupCommit:   cfg.IntakeGroupCommit,
 	})
 	if err != nil {
 		w.stopUI()
