@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/settle/settle/inspect"
+	"github.com/settle/settle/internal/database/dberr"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
@@ -181,7 +182,11 @@ func (c *Console) record(w http.ResponseWriter, r *http.Request, oa inspect.Oper
 		if oa.Action == inspect.OperatorResolve {
 			msg = "The settlement was resolved (" + oa.Result + ") but the action could not be recorded; the error is in the worker's log."
 		}
-		c.render(w, r, http.StatusInternalServerError, "error", sessionOf(r), errorPage{Title: "Not recorded", Message: msg})
+		status := http.StatusInternalServerError
+		if dberr.Unavailable(err) {
+			status = http.StatusServiceUnavailable
+		}
+		c.render(w, r, status, "error", sessionOf(r), errorPage{Title: "Not recorded", Message: msg})
 		return
 	}
 	c.log.Info("console: operator action", "settlement_id", rec.SettlementID, "operator", rec.Operator,

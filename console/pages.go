@@ -12,6 +12,7 @@ import (
 
 	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/database/dberr"
 	"github.com/settle/settle/settlement"
 )
 
@@ -314,8 +315,11 @@ func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
 	msg := "The database could not answer. The error is in the worker's log."
-	if r.Context().Err() != nil {
+	switch {
+	case r.Context().Err() != nil:
 		status, msg = http.StatusServiceUnavailable, "The request ended before the database answered."
+	case dberr.Unavailable(err):
+		status, msg = http.StatusServiceUnavailable, "The database is unavailable now; reload the page in a moment."
 	}
 	c.log.Error("console: error reading", "path", r.URL.Path, "error", err)
 	c.render(w, r, status, "error", sessionOf(r), errorPage{Title: "Could not read", Message: msg})

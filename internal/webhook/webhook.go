@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/database/dberr"
 	"github.com/settle/settle/internal/httpsafe"
 	"github.com/settle/settle/internal/metrics"
 )
@@ -103,8 +104,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		count(outcomeError)
 		h.Logger.Error("webhook: error finding its settlement", "error", err)
-		w.Header().Set("Retry-After", "5")
-		http.Error(w, "try again later", http.StatusServiceUnavailable)
+		failed(w, err)
 		return
 	}
 	if !found {
@@ -118,11 +118,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.Check(r.Context(), id); err != nil {
 		count(outcomeError)
 		h.Logger.Error("webhook: error enqueueing the check", "settlement_id", id, "error", err)
-		w.Header().Set("Retry-After", "5")
-		http.Error(w, "try again later", http.StatusServiceUnavailable)
+		failed(w, err)
 		return
 	}
 	count(outcomeChecked)
 	h.Logger.Info("webhook: status check enqueued", "connector", name, "settlement_id", id)
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// failed answers a hint whose settlement could not be found or checked
+// (err, logged once by the caller): 503 with Retry-After when the database
+// could not answer now, so the bank pushes it again; 500 otherwise, a bug
+// that a 503 would hide behind the bank's retries (dberr).
+func failed(w http.ResponseWriter, err error) {
+	if dberr.Unavailable(err) {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "try again later", http.StatusServiceUnavailable)
+		return
+	}
+	http.Error(w, "internal error", http.StatusInternalServerError)
 }

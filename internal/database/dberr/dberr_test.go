@@ -1,4 +1,4 @@
-package intake
+package dberr
 
 import (
 	"context"
@@ -45,15 +45,15 @@ func TestClassify(t *testing.T) {
 		{"scan bug", errors.New("can't scan into dest[3]: cannot scan text into *int64"), false},
 		{"plain bug", errors.New("index out of range"), false},
 	} {
-		got := classify(tc.err)
+		got := Classify(tc.err)
 		if errors.Is(got, ErrUnavailable) != tc.unavailable {
-			t.Errorf("%s: classify(%v) unavailable = %v, want %v", tc.name, tc.err, !tc.unavailable, tc.unavailable)
+			t.Errorf("%s: Classify(%v) unavailable = %v, want %v", tc.name, tc.err, !tc.unavailable, tc.unavailable)
 		}
 		if !errors.Is(got, tc.err) {
-			t.Errorf("%s: classify lost the error it wraps", tc.name)
+			t.Errorf("%s: Classify lost the error it wraps", tc.name)
 		}
 	}
-	if classify(nil) != nil {
-		t.Error("classify(nil) is not nil")
+	if Classify(nil) != nil {
+		t.Error("Classify(nil) is not nil")
 	}
 }
