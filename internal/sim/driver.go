@@ -68,12 +68,19 @@ type Config struct {
 	// transaction commits); at a consent bank, "consent-misread" (a
 	// consent awaiting authorisation read as authorised, so the payment is
 	// POSTed before it) or "consent-wait-forever" (the engine never gives up
-	// on a consent the customer never decides). Empty: the engine as
+	// on a consent the customer never decides); in a run that checks
+	// funds, "funds-check-off" (intake does not check them, so payouts
+	// spend money the account does not have). Empty: the engine as
 	// shipped.
 	Plant string
 	// Returns gives every schedule's bank a return profile (drawn per
 	// seed); otherwise a quarter of the seeds return nothing.
 	Returns bool
+	// Funds runs intake with --funds-check, every paying account credited
+	// first with between a third and all of what its payouts ask (drawn
+	// per seed), so that some payouts are refused for insufficient funds;
+	// otherwise a third of the seeds do.
+	Funds bool
 }
 
 // capabilities returns the capability set of cfg.
@@ -119,6 +126,10 @@ type Stats struct {
 	// Events are the outcome events the model receiver checked, and
 	// EventDuplicates the deliveries it had already.
 	Events, EventDuplicates int
+	// FundsRuns counts the schedules whose intake checked funds (1 or 0
+	// for one run), Refused the payouts they refused for insufficient
+	// funds.
+	FundsRuns, Refused int
 }
 
 // Report formats the result for a failing test: the seed, how to replay
@@ -192,6 +203,11 @@ type run struct {
 	unacked map[delivery]bool
 	// conflictsAcked counts 409 answers per settlement.
 	conflictsAcked map[string]int
+	// funds says intake runs with the funds check (Config.Funds);
+	// refused marks the settlements whose first committed delivery was
+	// refused for insufficient funds: they must never exist.
+	funds   bool
+	refused map[string]bool
 	// statements are the statement files the bank sent so far (each may
 	// be imported again).
 	statements [][]byte
@@ -239,6 +255,9 @@ func simulate(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*run, error)
 		return nil, err
 	}
 	r.genEvents(n)
+	if err := r.setFunds(ctx); err != nil {
+		return nil, err
+	}
 	r.setFaults(r.drawFaults())
 	if err := r.setReturns(ctx); err != nil {
 		return nil, err
@@ -282,6 +301,7 @@ func newRun(pool *pgxpool.Pool, cfg Config, rng *rand.Rand, bankTTL time.Duratio
 		first:          map[string]intake.Event{},
 		unacked:        map[delivery]bool{},
 		conflictsAcked: map[string]int{},
+		refused:        map[string]bool{},
 		res:            &Result{Seed: cfg.Seed, Config: cfg},
 	}
 }
@@ -310,6 +330,11 @@ func (r *run) finish(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	violations = append(violations, ev...)
+	fv, err := r.fundsChecks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	violations = append(violations, fv...)
 	r.res.Violations = violations
 	r.res.BankLog = r.bank.Log()
 	if err := r.count(ctx); err != nil {
@@ -623,7 +648,8 @@ func (r *run) deliverFn(a *actor, d delivery, out *string) (func(context.Context
 			r.first[ev.SettlementID] = ev
 		}
 	}
-	svc, err := intake.NewService(intake.Config{DB: actorDB{a: a, pool: r.pool}, Jobs: noJobs{}, Now: r.clock.Now})
+	svc, err := intake.NewService(intake.Config{DB: actorDB{a: a, pool: r.pool}, Jobs: noJobs{}, Now: r.clock.Now,
+		FundsCheck: r.funds && r.cfg.Plant != "funds-check-off"})
 	desc := fmt.Sprintf("deliver %s", ev.SettlementID)
 	if d.conflict {
 		desc += " (conflicting payload)"
@@ -640,6 +666,12 @@ func (r *run) deliverFn(a *actor, d delivery, out *string) (func(context.Context
 			delete(r.unacked, d)
 			r.conflictsAcked[ev.SettlementID]++
 			*out = "409 conflict"
+		case errors.Is(err, intake.ErrInsufficientFunds):
+			// The refusal is the receipt's outcome: every delivery of this
+			// payload is refused from now on.
+			delete(r.unacked, d)
+			r.refused[ev.SettlementID] = true
+			*out = "422 insufficient funds"
 		case err != nil:
 			*out = "error: " + err.Error()
 		default:
@@ -768,6 +800,9 @@ func (r *run) single(ctx context.Context, label string, mk func(*actor, *string)
 func (r *run) expect() audit.Expect {
 	first := make(map[string]audit.Payload, len(r.first))
 	for id, ev := range r.first {
+		if r.refused[id] {
+			continue // never a settlement: AllCommitted makes one a violation
+		}
 		first[id] = audit.Payload{AccountID: ev.AccountID, AmountCents: ev.AmountCents, Currency: ev.Currency,
 			Beneficiary: ev.Beneficiary, PayloadHash: intake.CanonicalHash(ev)}
 	}
@@ -786,7 +821,7 @@ func (r *run) expect() audit.Expect {
 		}
 	}
 	for idx := range r.events {
-		if r.delivered[idx] {
+		if r.delivered[idx] && !r.refused[r.events[idx].orig.SettlementID] {
 			e.Delivered = append(e.Delivered, r.events[idx].orig.SettlementID)
 		}
 	}
@@ -798,6 +833,10 @@ func (r *run) count(ctx context.Context) error {
 	s := &r.res.Stats
 	s.BankPayments = len(r.bank.Payments())
 	s.Consents = r.bank.consentCount()
+	s.Refused = len(r.refused)
+	if r.funds {
+		s.FundsRuns = 1
+	}
 	for _, ret := range r.bank.ReturnsBooked() {
 		s.Returns++
 		if !ret.Full {

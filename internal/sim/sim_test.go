@@ -184,6 +184,9 @@ func runSeeds(t *testing.T, n int, cfg func(seed uint64) Config) {
 	if runs > 0 && len(harness) == 0 && total.Events == 0 {
 		t.Error("no outcome event reached the model receiver")
 	}
+	if runs >= 20 && len(harness) == 0 && (total.FundsRuns == 0 || total.Refused == 0) {
+		t.Errorf("%d schedules checked funds and refused %d payouts: the funds path was not exercised", total.FundsRuns, total.Refused)
+	}
 	for _, res := range failed {
 		if reported < 2 {
 			t.Error(res.Report())
@@ -213,4 +216,6 @@ func (s *Stats) add(o Stats) {
 	s.Consents += o.Consents
 	s.Events += o.Events
 	s.EventDuplicates += o.EventDuplicates
+	s.FundsRuns += o.FundsRuns
+	s.Refused += o.Refused
 }
