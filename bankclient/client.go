@@ -89,7 +89,7 @@ func New(baseURL string, opts Options) (*Client, error) {
 		hc := *opts.HTTPClient
 		c.hc = &hc
 	default:
-		tr, err := NewTransport(opts.CAFile)
+		tr, err := opts.Transport()
 		if err != nil {
 			return nil, fmt.Errorf("error configuring bank TLS: %w", err)
 		}
@@ -213,6 +213,18 @@ func NewTransport(caFile string) (*http.Transport, error) {
 		}
 		tr.TLSClientConfig.RootCAs = pool
 	}
+	return tr, nil
+}
+
+// Transport is NewTransport(o.CAFile) keeping o.Conns idle connections to
+// the bank when that is more than 32.
+func (o Options) Transport() (*http.Transport, error) {
+	tr, err := NewTransport(o.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	tr.MaxIdleConnsPerHost = max(tr.MaxIdleConnsPerHost, o.Conns)
+	tr.MaxIdleConns = max(tr.MaxIdleConns, tr.MaxIdleConnsPerHost)
 	return tr, nil
 }
 

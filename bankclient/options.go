@@ -85,6 +85,12 @@ type Options struct {
 	// bucket of one: requests are spaced evenly); 0 means no cap. It is per
 	// client, and so per process: N workers send up to N times as many.
 	RatePerSecond float64
+	// Conns is how many requests the engine may have at the bank at once
+	// (the worker's bank concurrency): a transport of this package's own
+	// keeps that many idle connections to the bank (at least 32), so that
+	// no request opens a connection (and its TLS handshake) only for the
+	// one before it to close another.
+	Conns int
 	// Account is the account at the bank the client acts for, when the
 	// bank has such a notion (Stripe's connected account, sent as
 	// Stripe-Account); empty: the credential's own.

@@ -208,7 +208,7 @@ func httpClient(opts bankclient.Options, https bool) (*http.Client, error) {
 	case opts.HTTPClient != nil:
 		hc = *opts.HTTPClient
 	default:
-		tr, err := bankclient.NewTransport(opts.CAFile)
+		tr, err := opts.Transport()
 		if err != nil {
 			return nil, err
 		}

@@ -94,7 +94,7 @@ func httpClient(opts bankclient.Options) (*http.Client, error) {
 	case opts.HTTPClient != nil:
 		hc = *opts.HTTPClient
 	default:
-		tr, err := bankclient.NewTransport(opts.CAFile)
+		tr, err := opts.Transport()
 		if err != nil {
 			return nil, err
 		}

@@ -656,6 +656,7 @@ func (w *Worker) newResolver(b *bankUnit, m *metrics.Metrics) (*reconcile.Resolv
 	bopts.Logger = c.Logger.With("component", "bankclient")
 	bopts.Observe = m.BankObserver(b.conn.Name)
 	bopts.RatePerSecond = c.BankRate
+	bopts.Conns = c.BankConcurrency
 	bank, err := b.conn.New(b.cfg.url(), bopts)
 	if err != nil {
 		return nil, err

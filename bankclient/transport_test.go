@@ -1,0 +1,19 @@
+package bankclient
+
+import "testing"
+
+// TestTransportConns: a transport of our own keeps as many idle
+// connections to the bank as the engine has requests at it at once, and
+// never fewer than 32.
+func TestTransportConns(t *testing.T) {
+	t.Parallel()
+	for conns, want := range map[int]int{0: 32, 8: 32, 100: 100, 500: 500} {
+		tr, err := Options{Conns: conns}.Transport()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.MaxIdleConnsPerHost != want || tr.MaxIdleConns < want {
+			t.Errorf("Conns %d: MaxIdleConnsPerHost %d, MaxIdleConns %d; want %d", conns, tr.MaxIdleConnsPerHost, tr.MaxIdleConns, want)
+		}
+	}
+}
