@@ -165,24 +165,6 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// settlementColumns are scanned by scanSettlement, in this order.
-const settlementColumns = `settlement_id, account_id, amount_cents, currency, beneficiary, state,
-	payload_hash, bank_key, coalesce(bank_reference, settlement_id), needs_investigation, investigation_reason, created_at, updated_at, bank`
-
-func scanSettlement(row pgx.Row, extra ...any) (settlement.Settlement, error) {
-	var st settlement.Settlement
-	var reason *string
-	dest := append([]any{&st.SettlementID, &st.AccountID, &st.AmountCents, &st.Currency, &st.Beneficiary, &st.State,
-		&st.PayloadHash, &st.BankKey, &st.BankReference, &st.NeedsInvestigation, &reason, &st.CreatedAt, &st.UpdatedAt, &st.Bank}, extra...)
-	if err := row.Scan(dest...); err != nil {
-		return settlement.Settlement{}, err
-	}
-	if reason != nil {
-		st.InvestigationReason = *reason
-	}
-	return st, nil
-}
-
 // Result is the answer to an accepted event: a new settlement or a replay.
 type Result struct {
 	// Settlement is the stored settlement with its current state.
@@ -460,7 +442,7 @@ SELECT i.settlement_id, i.account_id, i.beneficiary, i.amount_cents, i.currency,
 	i.bank_key, i.bank_reference, i.payload_hash, $11, $10, $10, i.bank
 FROM input i JOIN r USING (settlement_id)
 ORDER BY i.settlement_id
-RETURNING ` + settlementColumns
+RETURNING ` + settlementdb.Columns
 
 // insertOneSQL is insertSQL for a single event, with plain parameters: a
 // one-row statement PostgreSQL plans cheaply (the unnest form is planned
@@ -477,7 +459,7 @@ INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, c
 	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at, bank)
 SELECT r.settlement_id, $5, $6, $7, $8, 'pending', $9, $12, $2, $11, $10, $10, $13
 FROM r
-RETURNING ` + settlementColumns
+RETURNING ` + settlementdb.Columns
 
 // replaySQL bumps the replay bookkeeping of receipts redelivered with their
 // own hash and reads the stored settlements of the leads that were not new.
@@ -500,7 +482,7 @@ WITH input AS (
 	RETURNING r.settlement_id
 )
 SELECT s.*, rc.received_at
-FROM (SELECT ` + settlementColumns + ` FROM settlements WHERE settlement_id = ANY($5::text[])) s
+FROM (SELECT ` + settlementdb.Columns + ` FROM settlements WHERE settlement_id = ANY($5::text[])) s
 LEFT JOIN settlement_receipts rc USING (settlement_id)`
 
 // replayOneSQL is replaySQL for a single event, with plain parameters.
@@ -511,7 +493,7 @@ WITH bump AS (
 	RETURNING r.settlement_id
 )
 SELECT s.*, rc.received_at
-FROM (SELECT ` + settlementColumns + ` FROM settlements WHERE settlement_id = $1) s
+FROM (SELECT ` + settlementdb.Columns + ` FROM settlements WHERE settlement_id = $1) s
 LEFT JOIN settlement_receipts rc USING (settlement_id)`
 
 // commit runs the one intake transaction for the leads.
@@ -570,7 +552,7 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 			return res, fmt.Errorf("error inserting receipts: %w", err)
 		}
 		for rows.Next() {
-			st, err := scanSettlement(rows)
+			st, err := settlementdb.Scan(rows)
 			if err != nil {
 				rows.Close()
 				return res, fmt.Errorf("error reading inserted settlement: %w", err)
@@ -688,7 +670,7 @@ func (s *Service) readReplays(br pgx.BatchResults, res *commitResult) error {
 	defer rows.Close()
 	for rows.Next() {
 		var received *time.Time
-		st, err := scanSettlement(rows, &received)
+		st, err := settlementdb.Scan(rows, &received)
 		if err != nil {
 			return fmt.Errorf("error reading stored settlement: %w", err)
 		}

@@ -17,10 +17,9 @@ type Batcher interface {
 }
 
 // viewColumns are the settlement columns LoadView reads, in the order it
-// scans them.
-const viewColumns = `settlement_id, account_id, amount_cents, currency, beneficiary, state,
-	payload_hash, bank_key, coalesce(bank_reference, settlement_id), needs_investigation, coalesce(investigation_reason, ''), created_at, updated_at,
-	coalesce(bank_payment_id, ''), coalesce(bank_status, ''), send_attempts, first_attempt_at, check_attempts, next_check_at, bank`
+// scans them: Columns, then the bank's side.
+const viewColumns = Columns + `,
+	coalesce(bank_payment_id, ''), coalesce(bank_status, ''), send_attempts, first_attempt_at, check_attempts, next_check_at`
 
 // LoadView reads everything about settlement id in one round trip. It
 // returns an error matching settlement.ErrNotFound when there is no such settlement.
@@ -40,9 +39,8 @@ func LoadView(ctx context.Context, q Batcher, id string) (settlement.View, error
 	defer br.Close()
 
 	st := &v.Settlement
-	err := br.QueryRow().Scan(&st.SettlementID, &st.AccountID, &st.AmountCents, &st.Currency, &st.Beneficiary, &st.State,
-		&st.PayloadHash, &st.BankKey, &st.BankReference, &st.NeedsInvestigation, &st.InvestigationReason, &st.CreatedAt, &st.UpdatedAt,
-		&v.Bank.PaymentID, &v.Bank.Status, &v.Bank.SendAttempts, &v.Bank.FirstAttemptAt, &v.Bank.CheckAttempts, &v.Bank.NextCheckAt, &st.Bank)
+	err := br.QueryRow().Scan(append(Targets(st),
+		&v.Bank.PaymentID, &v.Bank.Status, &v.Bank.SendAttempts, &v.Bank.FirstAttemptAt, &v.Bank.CheckAttempts, &v.Bank.NextCheckAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return settlement.View{}, fmt.Errorf("error loading settlement %s: %w", id, settlement.ErrNotFound)
 	}
