@@ -96,6 +96,38 @@ type Resolver struct {
 	Metrics *metrics.Metrics
 	// Logger receives one event per decision. Nil discards.
 	Logger *slog.Logger
+	// QueueMovement, when set, queues the ledger movement of a decision in
+	// place of the Resolver's own QueueMovement, into the batch of the
+	// decision's transaction tx. It is where the simulation plants its
+	// faults (a reversal written twice, or committed apart from its
+	// transition); nothing else sets it. An error ends the decision before
+	// its transaction commits.
+	QueueMovement func(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m Movement) error
+}
+
+// Movement is the ledger movement a decision writes, in the transaction
+// that moves the settlement: the payout of a confirmation or the reversal
+// of a return.
+type Movement struct {
+	SettlementID string
+	// Kind is "payout" or "reversal".
+	Kind string
+	// PaymentID is the bank's payment id when the answer named one; nil
+	// keeps the settlement's.
+	PaymentID *string
+	At        time.Time
+	// State is the state the decision moves the settlement to: the
+	// movement is written only if the settlement is in it.
+	State settlement.State
+}
+
+// QueueMovement queues the statement that writes m into b.
+func QueueMovement(b *pgx.Batch, m Movement) {
+	b.Queue(`
+		INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency, bank_payment_id, created_at)
+		SELECT settlement_id, $4, account_id, amount_cents, currency, coalesce($2, bank_payment_id), $3
+		FROM settlements WHERE settlement_id = $1 AND state = $5`,
+		m.SettlementID, m.PaymentID, m.At, m.Kind, string(m.State))
 }
 
 // Outcome is the result of Send or Resolve.
@@ -629,11 +661,12 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		if d.WriteReversal {
 			kind = "reversal"
 		}
-		b.Queue(`
-			INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency, bank_payment_id, created_at)
-			SELECT settlement_id, $4, account_id, amount_cents, currency, coalesce($2, bank_payment_id), $3
-			FROM settlements WHERE settlement_id = $1 AND state = $5`,
-			f.SettlementID, paymentID, now, kind, string(d.To))
+		m := Movement{SettlementID: f.SettlementID, Kind: kind, PaymentID: paymentID, At: now, State: d.To}
+		if r.QueueMovement == nil {
+			QueueMovement(b, m)
+		} else if err := r.QueueMovement(ctx, tx, b, m); err != nil {
+			return Outcome{}, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
+		}
 	}
 	br := tx.SendBatch(ctx, b)
 	if att.id != 0 {

@@ -688,7 +688,7 @@ func (r *run) resolver(a *actor) *reconcile.Resolver {
 		DB: actorDB{a: a, pool: r.pool}, Bank: actorBank{a: a, bank: r.bank}, Now: r.clock.Now,
 		KeyTTL: r.engineTTL, CheckInterval: checkInterval, MaxCheckInterval: maxCheckInterval, Lease: lease,
 		Capabilities: &r.caps, RequestBound: requestBound, ReturnWatch: returnWatch,
-		ConsentWait: consentWait,
+		ConsentWait: consentWait, QueueMovement: a.queueMovement,
 	}
 	if r.caps.ReturnsOnStatementsOnly {
 		rs.ReturnWatch = 0 // as the worker configures it: statements bring the returns

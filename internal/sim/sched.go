@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/reconcile"
 )
 
 // errCrashed is what every database statement and bank call of a crashed
@@ -216,37 +216,36 @@ func (t *actorTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Com
 	if err := t.dead("tx exec"); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if writesReversal(sql, args) {
-		t.reversal = true
-		if t.a.plant != "" {
-			return t.plantReversal(ctx, sql, args)
-		}
-	}
 	return t.Tx.Exec(ctx, sql, args...)
 }
 
-// writesReversal reports whether a statement is the engine's insert of a
-// reversal movement (the kind is its fourth argument).
-func writesReversal(sql string, args []any) bool {
-	return strings.Contains(sql, "INSERT INTO ledger_movements") && len(args) >= 4 && args[3] == "reversal"
-}
-
-// plantReversal writes a reversal the way the planted bug does:
-// "second-reversal" writes it twice in the transaction (the plant dropped
-// the UNIQUE that would refuse it); "reversal-outside-transition" commits
-// it on a connection of its own and dies before the transaction of the
-// transition commits.
-func (t *actorTx) plantReversal(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
-	switch t.a.plant {
+// queueMovement is the Resolver's QueueMovement hook as actor a runs it:
+// it marks the transaction that writes a reversal (the crash before a
+// return's commit acts on it) and plants the return faults there:
+// "second-reversal" writes the reversal twice in the transaction (the
+// plant dropped the UNIQUE that would refuse it);
+// "reversal-outside-transition" commits it on a connection of its own and
+// dies before the transaction of the transition commits. The engine sends
+// the movement in one batch with its answer and facts, so the plant acts
+// where that batch is sent.
+func (a *actor) queueMovement(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m reconcile.Movement) error {
+	reconcile.QueueMovement(b, m)
+	t, ok := tx.(*actorTx)
+	if !ok || m.Kind != "reversal" {
+		return nil
+	}
+	t.reversal = true
+	switch a.plant {
 	case "second-reversal":
-		if _, err := t.Tx.Exec(ctx, sql, args...); err != nil {
-			return pgconn.CommandTag{}, err
-		}
-		t.a.note("planted: reversal written twice")
+		reconcile.QueueMovement(b, m)
+		a.note("planted: reversal written twice")
 	case "reversal-outside-transition":
-		return pgconn.CommandTag{}, t.reversalApart(ctx, args[0])
+		if err := t.dead("tx batch"); err != nil {
+			return err
+		}
+		return t.reversalApart(ctx, m.SettlementID)
 	}
-	return t.Tx.Exec(ctx, sql, args...)
+	return nil
 }
 
 // reversalApart is the "reversal-outside-transition" plant: the reversal
@@ -283,22 +282,6 @@ func (t *actorTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 func (t *actorTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := t.dead("tx batch"); err != nil {
 		return errBatch{err}
-	}
-	// The engine writes a decision's movement in a batch with its answer
-	// and facts: the plants and the crash before a return's commit act on
-	// it there as on a statement of its own.
-	for _, q := range b.QueuedQueries {
-		if !writesReversal(q.SQL, q.Arguments) {
-			continue
-		}
-		t.reversal = true
-		switch t.a.plant {
-		case "second-reversal":
-			b.Queue(q.SQL, q.Arguments...)
-			t.a.note("planted: reversal written twice")
-		case "reversal-outside-transition":
-			return errBatch{t.reversalApart(ctx, q.Arguments[0])}
-		}
 	}
 	return t.Tx.SendBatch(ctx, b)
 }
