@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/settlecmd/bench"
 )
 
@@ -160,12 +161,12 @@ func cmdBench(ctx context.Context, args []string, s Stdio) int {
 	cfg.Logf = func(format string, args ...any) {
 		fmt.Fprintf(s.Err, "settle bench: [%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-	url, done, ok := resolveDB(ctx, s, ownCluster)
-	if !ok {
+	db, done := openDatabase(ctx, s, ownCluster, database.Config{NoPool: true})
+	if db == nil {
 		return exitError
 	}
 	defer done()
-	cfg.URL = url
+	cfg.URL = db.URL
 
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {

@@ -36,58 +36,32 @@ const (
 	ownCluster
 )
 
-// resolveDB resolves the database (DATABASE_URL or the embedded default)
-// for a command. On failure it prints one line and returns ok false.
-// Otherwise the command defers done right away, so that it runs last, on
-// every return path and after Ctrl-C: done stops the embedded cluster as
-// use says, and when a cluster this command started stays running it says
-// so in one line on s.Err, the command's last.
-func resolveDB(ctx context.Context, s Stdio, use clusterUse) (url string, done func(), ok bool) {
-	logf := func(format string, args ...any) {
+// openDatabase opens the database of a command with database.Open: c.URL
+// when set, else DATABASE_URL, else the embedded default cluster. On
+// failure it prints one line and returns nil. Otherwise the command defers
+// done right away, so that it runs last, on every return path and after
+// Ctrl-C: done closes the pool and ends the command's use of the embedded
+// cluster as use says; when a cluster this command started stays running,
+// it says so in one line on s.Err, the command's last.
+func openDatabase(ctx context.Context, s Stdio, use clusterUse, c database.Config) (db *database.DB, done func()) {
+	if c.URL == "" {
+		c.URL = os.Getenv("DATABASE_URL")
+	}
+	c.Logf = func(format string, args ...any) {
 		fmt.Fprintf(s.Err, "settle: "+format+"\n", args...)
 	}
-	url, c, err := database.ResolveCluster(ctx, logf)
+	db, err := database.Open(ctx, c)
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle: %v\n", err)
-		return "", nil, false
-	}
-	return url, func() { endClusterUse(ctx, s, c, use) }, true
-}
-
-// openDBFor is openDB for a command that defers done (see resolveDB); done
-// closes the pool first.
-func openDBFor(ctx context.Context, s Stdio, use clusterUse, o database.PoolOptions) (pool *pgxpool.Pool, done func()) {
-	url, release, ok := resolveDB(ctx, s, use)
-	if !ok {
+		if db != nil {
+			endClusterUse(ctx, s, db.Cluster, use)
+		}
 		return nil, nil
 	}
-	pool, err := database.Connect(ctx, url, o)
-	if err != nil {
-		fmt.Fprintf(s.Err, "settle: %v\n", err)
-		release()
-		return nil, nil
-	}
-	return pool, func() { pool.Close(); release() }
+	return db, func() { db.Close(); endClusterUse(ctx, s, db.Cluster, use) }
 }
 
-// openDB resolves the database (DATABASE_URL or the embedded default) and
-// opens a pool. On failure it prints one clear line and returns nil. It
-// leaves the embedded cluster running and never says so: a command that
-// can say it last uses openDBFor.
-func openDB(ctx context.Context, s Stdio, o database.PoolOptions) (*pgxpool.Pool, string) {
-	url, _, ok := resolveDB(ctx, s, shareCluster)
-	if !ok {
-		return nil, ""
-	}
-	pool, err := database.Connect(ctx, url, o)
-	if err != nil {
-		fmt.Fprintf(s.Err, "settle: %v\n", err)
-		return nil, ""
-	}
-	return pool, url
-}
-
-// endClusterUse is done of resolveDB for cluster c (nil with DATABASE_URL).
+// endClusterUse is done of openDatabase for cluster c (nil with DATABASE_URL).
 func endClusterUse(ctx context.Context, s Stdio, c *pgembed.Cluster, use clusterUse) {
 	if c == nil || !c.Started {
 		return // not ours: it was running before, or it is not embedded
@@ -148,11 +122,12 @@ nothing; it never guesses.`, s)
 	if *bindBank == "" {
 		*bindBank = os.Getenv(envMigrateBank)
 	}
-	pool, done := openDBFor(ctx, s, shareCluster, database.PoolOptions{MaxConns: 2})
-	if pool == nil {
+	db, done := openDatabase(ctx, s, shareCluster, database.Config{Pool: database.PoolOptions{MaxConns: 2}})
+	if db == nil {
 		return exitError
 	}
 	defer done()
+	pool := db.Pool
 	res, err := migrations.MigrateWith(ctx, pool, migrations.Options{BindBank: *bindBank})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle migrate: %v\n", err)
@@ -251,14 +226,14 @@ in `+pgembed.ClusterRoot+`/cluster-<hash> and $SETTLE_HOME/pg.path says where.
 		if os.Getenv("DATABASE_URL") != "" {
 			slog.Warn("DATABASE_URL is set; printing it")
 		}
-		url, c, err := database.ResolveCluster(ctx, nil)
+		db, err := database.Open(ctx, database.Config{URL: os.Getenv("DATABASE_URL"), NoPool: true})
 		if err != nil {
 			fmt.Fprintf(s.Err, "settle db: %v\n", err)
 			return exitError
 		}
-		fmt.Fprintln(s.Out, url)
-		if c != nil {
-			printStillRunning(s, c.Home, "")
+		fmt.Fprintln(s.Out, db.URL)
+		if db.Cluster != nil {
+			printStillRunning(s, db.Cluster.Home, "")
 		}
 		return exitOK
 	case "prune":
@@ -429,24 +404,22 @@ func humanBytes(n int64) string {
 	}
 }
 
-// connect opens dbURL, or the embedded default when it is empty, and checks
-// that the database answers within 10 s. When openDB fails it has said so
-// on s.Err, and connect returns nil, nil.
+// connect opens dbURL, else DATABASE_URL, else the embedded default (left
+// running, never said), with database.Open, and checks that the database
+// answers within 10 s. When the embedded cluster could not be had it says
+// so on s.Err, and connect returns nil, nil.
 func connect(ctx context.Context, s Stdio, dbURL string, o database.PoolOptions) (*pgxpool.Pool, error) {
-	var pool *pgxpool.Pool
-	if dbURL != "" {
-		var err error
-		if pool, err = database.Connect(ctx, dbURL, o); err != nil {
-			return nil, err
-		}
-	} else if pool, _ = openDB(ctx, s, o); pool == nil {
+	if dbURL == "" {
+		dbURL = os.Getenv("DATABASE_URL")
+	}
+	db, err := database.Open(ctx, database.Config{URL: dbURL, Pool: o, Ping: 10 * time.Second,
+		Logf: func(format string, args ...any) { fmt.Fprintf(s.Err, "settle: "+format+"\n", args...) }})
+	if err != nil && dbURL == "" && db == nil {
+		fmt.Fprintf(s.Err, "settle: %v\n", err)
 		return nil, nil
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("database unreachable: %w", err)
+	if err != nil {
+		return nil, err
 	}
-	return pool, nil
+	return db.Pool, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
+	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/motoserver"
 	"github.com/settle/settle/internal/settlecmd/demo"
 )
@@ -117,8 +118,8 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	if *keep {
 		use = shareCluster
 	}
-	_, done, ok := resolveDB(ctx, s, use)
-	if !ok {
+	db, done := openDatabase(ctx, s, use, database.Config{NoPool: true})
+	if db == nil {
 		return exitError
 	}
 	defer done()
@@ -145,7 +146,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	rep, err := demo.Run(ctx, demo.Options{
 		Events: *events, Faults: *faults, Bank: *bank, Seed: *seed, Timeout: *timeout, Keep: *keep,
 		Executable: exe, Out: s.Out, Err: s.Err, Progress: cli.IsTerminal(s.Err),
-		Source: *src, NATSURL: natsURL, SQS: queue, FundsCheck: *funds,
+		Source: *src, NATSURL: natsURL, SQS: queue, FundsCheck: *funds, DatabaseURL: os.Getenv("DATABASE_URL"),
 	})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle demo: %v\n", err)

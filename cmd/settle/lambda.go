@@ -100,11 +100,12 @@ func cmdLambda(ctx context.Context, args []string, s Stdio) int {
 	if url == "" {
 		return fail(errors.New("DATABASE_URL is required: a function has no embedded database"))
 	}
-	pool, err := database.Connect(ctx, url, database.PoolOptions{MaxConns: int32(max(*dbMaxConns, 1)), ApplicationName: "settle-lambda"})
+	db, err := database.Open(ctx, database.Config{URL: url, Pool: database.PoolOptions{MaxConns: int32(max(*dbMaxConns, 1)), ApplicationName: "settle-lambda"}})
 	if err != nil {
 		return fail(err)
 	}
-	defer pool.Close()
+	defer db.Close()
+	pool := db.Pool
 	h, err := newLambdaHandler(pool, lambdaOptions{banks: bankNames, routes: routes, ceilings: ceilings, fundsCheck: *fundsCheck, replayHorizon: *replayHorizon,
 		pendingGrace: *pendingGrace, maxFailures: *maxFailures, logger: logger})
 	if err != nil {

@@ -236,11 +236,12 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		defer stop()
 	}
 
-	pool, done := openDBFor(ctx, s, shareCluster, database.PoolOptions{MaxConns: int32(dbMaxConns), ApplicationName: "settle-worker"})
-	if pool == nil {
+	db, done := openDatabase(ctx, s, shareCluster, database.Config{Pool: database.PoolOptions{MaxConns: int32(dbMaxConns), ApplicationName: "settle-worker"}})
+	if db == nil {
 		return exitError
 	}
 	defer done()
+	pool := db.Pool
 	if _, err := migrations.MigrateWith(ctx, pool, migrations.Options{BindBank: os.Getenv(envMigrateBank)}); err != nil {
 		return fail(err)
 	}

@@ -1,13 +1,15 @@
-// Package database decides which PostgreSQL settle talks to (DATABASE_URL,
-// or the embedded default cluster) and opens connection pools with the
-// limits settle relies on. It never creates tables: that is migrations'.
+// Package database decides which PostgreSQL settle talks to (the URL its
+// caller passes, from DATABASE_URL or a flag, or the embedded default
+// cluster) and opens connection pools with the limits settle relies on:
+// Open is the one way every command and the demo open theirs. It reads no
+// environment and never creates tables (that is migrations'). Its
+// subpackage dberr classifies database errors for the HTTP edges.
 package database
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -20,34 +22,6 @@ import (
 
 // DefaultDBName is the database settle uses inside the embedded cluster.
 const DefaultDBName = "settle"
-
-// Resolve returns DATABASE_URL when it is set; otherwise it starts (or
-// reuses) the embedded default cluster under $SETTLE_HOME, makes sure the
-// settle database exists in it, and returns its URL.
-func Resolve(ctx context.Context, logf func(string, ...any)) (string, error) {
-	url, _, err := ResolveCluster(ctx, logf)
-	return url, err
-}
-
-// ResolveCluster is Resolve that also returns the embedded cluster, or nil
-// when DATABASE_URL is set. The cluster's Started says whether this call
-// started its server; its Release ends the process's use of it and stops
-// the server when this process started it and no other settle process
-// uses it, which a command that needs the cluster only for itself defers.
-func ResolveCluster(ctx context.Context, logf func(string, ...any)) (string, *pgembed.Cluster, error) {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u, nil, nil
-	}
-	home, err := pgembed.DefaultHome()
-	if err != nil {
-		return "", nil, err
-	}
-	c, err := Embedded(ctx, home, logf)
-	if err != nil {
-		return "", nil, err
-	}
-	return c.URL(DefaultDBName), c, nil
-}
 
 // Embedded starts (or reuses) the embedded default cluster under home and
 // makes sure the settle database (DefaultDBName) exists in it.

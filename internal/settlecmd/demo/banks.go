@@ -43,7 +43,7 @@ func runBanks(ctx context.Context, o Options, names []string, faults bankclient.
 	say := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
 	note := func(format string, args ...any) { fmt.Fprintf(o.Err, "settle demo: "+format+"\n", args...) }
 
-	dbURL, where, pool, err := openDemoDB(ctx, note)
+	dbURL, where, pool, err := openDemoDB(ctx, o.DatabaseURL, note)
 	if err != nil {
 		return Report{}, err
 	}

@@ -83,6 +83,9 @@ type Options struct {
 	// with exactly its payouts, and ends with a payout over its account's
 	// balance, which must be refused (DESIGN.md section 20).
 	FundsCheck bool
+	// DatabaseURL is the server the demo makes its own database on
+	// (DATABASE_URL); empty: the embedded default cluster.
+	DatabaseURL string
 }
 
 // Report is what a run found.
@@ -204,7 +207,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	note := func(format string, args ...any) { fmt.Fprintf(o.Err, "settle demo: "+format+"\n", args...) }
 
 	// The database: fresh, of its own.
-	dbURL, where, pool, err := openDemoDB(ctx, note)
+	dbURL, where, pool, err := openDemoDB(ctx, o.DatabaseURL, note)
 	if err != nil {
 		return Report{}, err
 	}
