@@ -27,7 +27,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +34,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/settle/settle/internal/childenv"
+	"github.com/settle/settle/internal/flock"
 )
 
 // Subcommand is the hidden settle subcommand that runs the server.
@@ -94,7 +94,7 @@ func Ensure(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("error creating %s: %w", s.Dir, err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(s.Dir, "start.lock"))
+	unlock, err := flock.Lock(ctx, filepath.Join(s.Dir, "start.lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (s *Server) Stop(ctx context.Context) error {
 // started it and no other process uses it now, it also stops it and
 // reports stopped.
 func (s *Server) Release(ctx context.Context) (stopped bool, err error) {
-	unlock, err := lockFile(ctx, filepath.Join(s.Dir, "start.lock"))
+	unlock, err := flock.Lock(ctx, filepath.Join(s.Dir, "start.lock"))
 	if err != nil {
 		return false, err
 	}
@@ -394,31 +394,5 @@ func dropUse(dir string) {
 	if f, ok := uses.files[dir]; ok {
 		f.Close()
 		delete(uses.files, dir)
-	}
-}
-
-// lockFile takes an exclusive flock on path, waiting for ctx.
-func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("error opening lock %s: %w", path, err)
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			_ = f.Truncate(0)
-			_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("error locking %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("error waiting for lock %s: %w", path, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/internal/childenv"
+	"github.com/settle/settle/internal/flock"
 )
 
 // ErrNoServer is returned when no PostgreSQL server binaries can be found.
@@ -185,7 +186,7 @@ func Ensure(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{Home: opts.Home, Dir: clusterDir(opts.Home, cred), BinDir: binDir, runAs: cred}
 
-	unlock, err := lockFile(ctx, filepath.Join(opts.Home, "cluster.lock"))
+	unlock, err := flock.Lock(ctx, filepath.Join(opts.Home, "cluster.lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -604,33 +605,6 @@ func shortHash(s string) string {
 		h *= 1099511628211
 	}
 	return strconv.FormatUint(h, 36)
-}
-
-// lockFile takes an exclusive flock on path, waiting for ctx. The kernel
-// releases it when the holder exits, so a crash never leaves it stale.
-func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("error opening lock %s: %w", path, err)
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			_ = f.Truncate(0)
-			_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("error locking %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("error waiting for lock %s: %w", path, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 func freePort() (int, error) {

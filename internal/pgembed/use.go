@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/settle/settle/internal/flock"
 )
 
 // A process that uses a cluster holds a shared flock(2) on Dir/use.lock;
@@ -107,7 +109,7 @@ func lockUnused(dir string) (*os.File, error) {
 func (c *Cluster) Release(ctx context.Context) (stopped bool, err error) {
 	// The start lock keeps a concurrent Ensure from taking up the cluster
 	// between our check and the stop. A home deleted meanwhile has none.
-	if unlock, err := lockFile(ctx, filepath.Join(c.Home, "cluster.lock")); err == nil {
+	if unlock, err := flock.Lock(ctx, filepath.Join(c.Home, "cluster.lock")); err == nil {
 		defer unlock()
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return false, err
