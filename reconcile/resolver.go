@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -103,6 +104,16 @@ type Resolver struct {
 	// transition); nothing else sets it. An error ends the decision before
 	// its transaction commits.
 	QueueMovement func(ctx context.Context, tx pgx.Tx, b *pgx.Batch, m Movement) error
+	// ClaimGroup, when positive, lets concurrent Sends share the
+	// transaction that claims their POSTs: at most ClaimGroup such
+	// transactions run at once, and the claims asked for meanwhile wait for
+	// the next, which claims them all in one statement and one commit. Each
+	// claim is still committed before its own POST leaves. Zero claims
+	// each send in a transaction of its own.
+	ClaimGroup int
+
+	claimsOnce sync.Once
+	claims     *claimGroup
 }
 
 // Movement is the ledger movement a decision writes, in the transaction
@@ -346,35 +357,13 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 			return Outcome{SettlementID: f.SettlementID, Action: ActionNone, State: f.State, Done: true, LostRace: true}, nil
 		}
 	}
-	now := r.now()
 	att := attempt{op: bankclient.OpSend}
-	var first time.Time
-	err := pgx.BeginFunc(ctx, r.DB, func(tx pgx.Tx) error {
-		// The key TTL clock starts before any POST can reach the bank, and
-		// the sweep takes over if this job dies before recording an answer.
-		// A POST under a used key is claimed only while it is replayable:
-		// sent now, it arrives (within RequestBound) before the bank
-		// forgets the key, so the bank answers with the first payment
-		// instead of making a second.
-		err := tx.QueryRow(ctx, `
-			UPDATE settlements
-			SET first_attempt_at = COALESCE(first_attempt_at, $2),
-			    send_attempts = send_attempts + 1,
-			    next_check_at = $3,
-			    updated_at = $2
-			WHERE settlement_id = $1 AND state = 'pending'
-			  AND (first_attempt_at IS NULL OR first_attempt_at > $4)
-			RETURNING first_attempt_at`,
-			f.SettlementID, now, now.Add(r.lease()), now.Add(r.policy().RequestBound).Add(-r.policy().KeyTTL)).Scan(&first)
-		if err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `
-			INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at)
-			VALUES ($1, $2, $3, $4) RETURNING id`,
-			f.SettlementID, att.op, f.BankKey, now).Scan(&att.id)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	// The key TTL clock starts before any POST can reach the bank, and the
+	// sweep takes over if this job dies before recording an answer
+	// (claimSQL).
+	first, attemptID, err := r.claim(ctx, f)
+	att.id = attemptID
+	if errors.Is(err, errNotClaimed) {
 		// Moved by another process (or its key aged) since we looked.
 		r.log().LogAttrs(ctx, slog.LevelInfo, "send: settlement no longer pending, not sending",
 			slog.String("settlement_id", f.SettlementID))

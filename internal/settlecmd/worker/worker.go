@@ -700,6 +700,7 @@ func (w *Worker) newResolver(b *bankUnit, m *metrics.Metrics) (*reconcile.Resolv
 		Lease:            lease,
 		Metrics:          m,
 		Logger:           c.Logger.With("bank", b.conn.Name),
+		ClaimGroup:       reconcile.DefaultClaimGroup,
 	}, nil
 }
 
