@@ -69,7 +69,12 @@ imported. A matched line books only when its amount and currency are the
 settlement's (a credit only when it carries return information); a line with
 no amount, a zero amount, another currency or amount is flagged
 statement_amount_mismatch (partial_return for a return of another amount) and
-listed as not booked. A statement never fails a settlement.
+listed as not booked. A statement never fails a settlement. With
+--credit-prefix P, a credit matched to no settlement and carrying no return
+information whose reference is P followed by an account id (say P "fund:" and
+the reference "fund:merchant-7") brings its amount into that account of the
+ledger (settle ledger balance), once however often the file is imported; it
+is still listed as unmatched, since no settlement explains it.
 
 Exit status: 0 imported (or imported before), everything matched; 1 lines
 unmatched, returns, lines not booked, or a statement that does not balance;
@@ -78,6 +83,7 @@ the database is unreachable.`, c.s)
 	asJSON := fs.Bool("json", false, `print {"files":[{"file","digest","format","imported","imported_as","imported_at","statements","entries","lines","matched","suggested","unmatched","returns","not_booked","unbalanced","unmatched_entries":[...],"returned":[...],"balance_breaks":[...],"not_booked_entries":[...]}],"refused":[{"file","error"}]}`)
 	var accounts accountList
 	fs.Var(&accounts, "statement-account", "an account the statements may be for (repeatable, or comma-separated; env SETTLE_STATEMENT_ACCOUNT); required")
+	creditPrefix := fs.String("credit-prefix", os.Getenv("SETTLE_CREDIT_PREFIX"), "a credit matched to no settlement and carrying no return information whose reference is this prefix and an account id brings its amount into that ledger account, once per line (env SETTLE_CREDIT_PREFIX; empty: statements credit nothing)")
 	limit := fs.Int("limit", 20, "lines printed per list in the table (--json lists up to 1000 per file; settle reconcile bank --statements lists all)")
 	files, code, done := parseArgs(fs, args)
 	if done {
@@ -101,7 +107,7 @@ the database is unreachable.`, c.s)
 		return exitError
 	}
 	defer pool.Close()
-	im := &importer.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Accounts: accounts}
+	im := &importer.StatementImporter{DB: pool, Returns: &reconcile.Resolver{DB: pool}, Accounts: accounts, CreditPrefix: *creditPrefix}
 
 	code = exitOK
 	results := []importer.ImportResult{}
@@ -200,6 +206,23 @@ func printImport(w io.Writer, r importer.ImportResult, limit int) {
 	printLines(w, "unmatched", r.UnmatchedEntries, r.Unmatched, limit)
 	printLines(w, "returned", r.Returned, r.Returns, limit)
 	printLines(w, "not booked (flagged on their settlement where they would have moved it)", r.NotBookedEntries, r.NotBooked, limit)
+	if len(r.Credits) > 0 {
+		fmt.Fprintf(w, "\n  credits to ledger accounts (%d)\n", len(r.Credits))
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  LINE\tREFERENCE\tACCOUNT\tAMOUNT\tNOTE")
+		for _, c := range r.Credits {
+			note := "posted"
+			switch {
+			case c.Error != "":
+				note = "not posted: " + c.Error
+			case c.Replayed:
+				note = "posted before"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s %s\t%s\n", shortDigest(c.Line), c.Reference, c.AccountID,
+				formatMinor(c.AmountMinor, c.Currency), c.Currency, note)
+		}
+		_ = tw.Flush()
+	}
 	if len(r.BalanceBreaks) > 0 {
 		fmt.Fprintf(w, "\n  statements that do not balance (%d)\n", r.Unbalanced)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

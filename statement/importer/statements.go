@@ -150,6 +150,13 @@ type StatementImporter struct {
 	// booked, so a crash between the import and its returns is repaired by
 	// importing the file once more.
 	Returns *reconcile.Resolver
+	// CreditPrefix, when set, makes a statement credit name a ledger
+	// account: a credit matched to no settlement, carrying no return
+	// information, whose reference is CreditPrefix followed by an account
+	// id brings its amount into that account (settle ledger balance),
+	// once, when the import committed (see credit). Empty: statements
+	// credit nothing.
+	CreditPrefix string
 }
 
 // ImportResult is what importing one file did or, when the same bytes had
@@ -192,6 +199,10 @@ type ImportResult struct {
 	Returned         []inspect.StatementLine `json:"returned"`
 	BalanceBreaks    []inspect.BalanceBreak  `json:"balance_breaks"`
 	NotBookedEntries []inspect.StatementLine `json:"not_booked_entries"`
+	// Credits are the lines that brought money into a ledger account
+	// (CreditPrefix), each once however often the file is imported, and
+	// those that name one and could not.
+	Credits []LedgerCredit `json:"credits,omitempty"`
 }
 
 // Findings reports whether the file holds something an operator must look
@@ -310,6 +321,9 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.Reade
 		if err := im.book(ctx, digest); err != nil {
 			return res, err
 		}
+	}
+	if res.Credits, err = im.credit(ctx, digest); err != nil {
+		return res, err
 	}
 	im.log().Info("statement import", "file", name, "digest", digest, "format", res.Format, "imported", res.Imported,
 		"statements", res.Statements, "entries", res.Entries, "matched", res.Matched, "unmatched", res.Unmatched,
