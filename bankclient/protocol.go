@@ -123,6 +123,12 @@ type Faults struct {
 	// ConsentRejectRate of the consents are Rejected by the customer
 	// instead of Authorised.
 	ConsentRejectRate float64 `json:"consent_reject_rate"`
+	// The obie profile's token endpoint: TokenErrorRate of its requests
+	// are answered 500 before anything is issued; TokenDropRate of the
+	// tokens issued lose their answer (the code is spent: the account
+	// holder must authorise again).
+	TokenErrorRate float64 `json:"token_error_rate"`
+	TokenDropRate  float64 `json:"token_drop_rate"`
 	// The bank's pushes (settle fakebank --webhook-url): WebhookLossRate
 	// of the status changes are never pushed, WebhookDuplicateRate are
 	// pushed twice, and each push leaves after a delay drawn from

@@ -31,6 +31,7 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -84,6 +85,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// CheckNow has a settlement checked soon (the worker: a reconcile job
+	// on its bank's queue); used once an account holder's authorisation
+	// came back. Nil: the console resolves it itself, in the request.
+	CheckNow func(ctx context.Context, settlementID string) error
+	// PublicURL is the console's address as account holders' browsers
+	// reach it (scheme://host[:port]), for the redirect URI of the
+	// authorisation links; empty: the address the operator's request came
+	// to.
+	PublicURL string
 }
 
 // Console is the operator console, an http.Handler for Prefix.
@@ -134,6 +144,8 @@ func New(cfg Config) (*Console, error) {
 	c.mux.HandleFunc("GET "+Prefix+"conflicts", c.conflicts)
 	c.mux.HandleFunc("GET "+Prefix+"statements", c.statements)
 	c.mux.HandleFunc("GET "+Prefix+"accounts", c.accounts)
+	c.mux.HandleFunc("GET "+Prefix+"authorisations", c.authorisations)
+	c.mux.HandleFunc("GET "+CallbackPath, c.callback)
 	c.mux.HandleFunc("POST "+Prefix+"settlement/resolve", c.resolve)
 	c.mux.HandleFunc("POST "+Prefix+"settlement/note", c.note)
 	c.mux.Handle("GET "+Prefix+"static/", c.staticFS)
@@ -170,6 +182,12 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if r.URL.Path == CallbackPath {
+		// The account holder's browser, sent back by their bank: no
+		// operator credentials; the state authenticates it.
+		c.mux.ServeHTTP(w, r)
+		return
+	}
 	if c.cfg.Operators != nil {
 		name, ok := c.cfg.Operators.Check(r)
 		if !ok {

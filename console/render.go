@@ -27,7 +27,7 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // pageNames are the pages; each is templates/NAME.html inside the layout.
-var pageNames = []string{"overview", "list", "story", "conflicts", "statements", "accounts", "error"}
+var pageNames = []string{"overview", "list", "story", "conflicts", "statements", "accounts", "authorisations", "error"}
 
 // session is who is asking: the operator's name (the Basic user name),
 // whether it was checked against the operator's own credential

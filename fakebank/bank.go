@@ -83,11 +83,6 @@ type Options struct {
 	// TokenTTL is how long the access tokens of the obie profile's
 	// authorisation server live (expires_in). Default DefaultTokenTTL.
 	TokenTTL time.Duration
-	// StrictTokens makes the obie profile refuse a payment whose bearer
-	// token the bank never issued (401); without it such a token is
-	// taken, and only the bank's own tokens of the wrong kind or consent
-	// are refused.
-	StrictTokens bool
 	// WebhookURL, when set, is where the bank pushes its payments' status
 	// changes, signed with WebhookSecret (see SetWebhook).
 	WebhookURL, WebhookSecret string
@@ -120,11 +115,10 @@ type Bank struct {
 	verifyKey *rsa.PublicKey  // obie: the TPP's key; nil: not verified
 	signKey   *rsa.PrivateKey // obie: the bank's signing key
 	tlsConfig *tls.Config
-	// obie's authorisation server: see Options.ManualAuthorisation,
-	// TokenTTL and StrictTokens.
-	manualAuth   bool
-	tokenTTL     time.Duration
-	strictTokens bool
+	// obie's authorisation server: see Options.ManualAuthorisation and
+	// TokenTTL.
+	manualAuth bool
+	tokenTTL   time.Duration
 
 	// ctx is cancelled by Close; it is the base context of every request the
 	// bank serves, so that latency sleeps end when the bank stops.
@@ -182,9 +176,8 @@ func New(opts Options) (*Bank, error) {
 		tlsConfig: opts.TLS,
 		seed:      uint64(opts.Seed),
 
-		manualAuth:   opts.ManualAuthorisation,
-		tokenTTL:     opts.TokenTTL,
-		strictTokens: opts.StrictTokens,
+		manualAuth: opts.ManualAuthorisation,
+		tokenTTL:   opts.TokenTTL,
 	}
 	if b.tokenTTL <= 0 {
 		b.tokenTTL = DefaultTokenTTL
@@ -457,6 +450,8 @@ func validateFaults(f bankclient.Faults) error {
 		{"settlement_failure_rate", f.SettlementFailureRate},
 		{"return_rate", f.ReturnRate},
 		{"consent_reject_rate", f.ConsentRejectRate},
+		{"token_error_rate", f.TokenErrorRate},
+		{"token_drop_rate", f.TokenDropRate},
 		{"webhook_loss_rate", f.WebhookLossRate},
 		{"webhook_duplicate_rate", f.WebhookDuplicateRate},
 	}

@@ -52,9 +52,10 @@ import (
 //     code_verifier whose S256 is its code_challenge: an access token bound
 //     to the consent, valid Options.TokenTTL, and a refresh token) and
 //     refresh_token (a new access token for the same consent). Errors are
-//     RFC 6749 section 5.2's JSON. fail_before_rate answers 500 before
-//     anything is done; drop_response_rate loses the answer after the
-//     token was issued (the TPP must authorise again: the code is spent).
+//     RFC 6749 section 5.2's JSON. token_error_rate answers 500 before
+//     anything is done; token_drop_rate loses the answer after the token
+//     was issued (the TPP must authorise again: the code is spent). The
+//     payment faults do not touch it.
 //
 // POST /domestic-payments takes only an access token issued by the code
 // flow for the payment's own consent, not expired: a token the bank never
@@ -229,7 +230,13 @@ func (b *Bank) authorisable(ar authRequest) (authView, *authError) {
 	if c == nil {
 		return authView{}, &authError{code: "invalid_request", desc: "no such consent", redirect: true}
 	}
-	if st, _ := c.statusAt(b.books, b.now().UTC()); st != ConsentAwaitingAuthorisation && st != ConsentAuthorised {
+	switch st, _ := c.statusAt(b.books, b.now().UTC()); st {
+	case ConsentRejected:
+		// The account holder said no (on this page, in their banking
+		// app, or as drawn for the automatic one).
+		return authView{}, &authError{code: "access_denied", desc: "the account holder rejected the payment", redirect: true}
+	case ConsentAwaitingAuthorisation, ConsentAuthorised:
+	default:
 		return authView{}, &authError{code: "invalid_request", desc: "the consent is " + string(st) + ": it cannot be authorised", redirect: true}
 	}
 	v := authView{ConsentID: c.ID}
@@ -335,7 +342,7 @@ func (b *Bank) decide(w http.ResponseWriter, r *http.Request, ar authRequest, ap
 	now := b.now().UTC()
 	c := b.books.consentByID(ar.ConsentID)
 	st, _ := c.statusAt(b.books, now)
-	if st != ConsentAwaitingAuthorisation && st != ConsentAuthorised {
+	if approve && st != ConsentAwaitingAuthorisation && st != ConsentAuthorised {
 		b.mu.Unlock()
 		b.authFail(w, r, ar, &authError{code: "invalid_request", desc: "the consent is " + string(st) + ": it cannot be authorised", redirect: true})
 		return
@@ -403,8 +410,8 @@ func (b *Bank) handleToken(w http.ResponseWriter, r *http.Request) {
 		writeTokenError(w, http.StatusInternalServerError, "server_error", "request cancelled")
 		return
 	}
-	if b.chance(f.FailBeforeRate) {
-		writeTokenError(w, http.StatusInternalServerError, "server_error", "simulated by fail_before_rate")
+	if b.chance(f.TokenErrorRate) {
+		writeTokenError(w, http.StatusInternalServerError, "server_error", "simulated by token_error_rate")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -433,9 +440,9 @@ func (b *Bank) handleToken(w http.ResponseWriter, r *http.Request) {
 		writeTokenError(w, http.StatusInternalServerError, "server_error", "could not record the token")
 		return
 	}
-	if b.chance(f.DropResponseRate) {
+	if b.chance(f.TokenDropRate) {
 		if !b.hangUp(w, "token") {
-			writeTokenError(w, http.StatusInternalServerError, "server_error", "simulated by drop_response_rate")
+			writeTokenError(w, http.StatusInternalServerError, "server_error", "simulated by token_drop_rate")
 		}
 		return
 	}
@@ -512,6 +519,22 @@ func (bk *books) issue(kind, clientID string, consentSeq int64, expires time.Tim
 	return tok
 }
 
+// IssueConsentToken issues an access token for consent id as the code flow
+// does once its account holder authorised it, without the flow: for
+// in-process tests of the payment endpoint that are not about the
+// authorisation. It is not served over HTTP.
+func (b *Bank) IssueConsentToken(id string) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.books.consentByID(id)
+	if c == nil {
+		return "", fmt.Errorf("consent %q: %w", id, ErrNoSuchConsent)
+	}
+	tok := b.books.issue(tokenConsent, "test", c.Seq, b.now().UTC().Add(b.tokenTTL))
+	b.version++
+	return tok, nil
+}
+
 // errTokenRefused is a payment POST's token refusal: status 401 (no body)
 // or 403 (with obError).
 type errTokenRefused struct {
@@ -527,8 +550,6 @@ func (e *errTokenRefused) Error() string { return fmt.Sprintf("%d %s", e.status,
 func (b *Bank) checkPaymentToken(bearer string, c *consent, now time.Time) *errTokenRefused {
 	t := b.books.tokens[secretHash(bearer)]
 	switch {
-	case t == nil && !b.strictTokens:
-		return nil // a token the bank never issued: taken, until settle speaks the code flow
 	case t == nil || t.Kind == tokenRefresh:
 		return &errTokenRefused{status: http.StatusUnauthorized, obErr: OBError{Message: "the access token is not one the bank issued"}}
 	case !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt):
@@ -536,7 +557,9 @@ func (b *Bank) checkPaymentToken(bearer string, c *consent, now time.Time) *errT
 	case t.Kind != tokenConsent:
 		return &errTokenRefused{status: http.StatusForbidden, obErr: OBError{ErrorCode: OBReauthenticate, Path: "Authorization",
 			Message: "a payment needs the access token of the account holder's authorisation of its consent (authorization code grant), not a client credentials token"}}
-	case c == nil || t.ConsentSeq != c.Seq:
+	case c == nil:
+		return nil // the consent it names does not exist: refused as such
+	case t.ConsentSeq != c.Seq:
 		return &errTokenRefused{status: http.StatusForbidden, obErr: OBError{ErrorCode: OBResourceConsentMismatch, Path: "Data.ConsentId",
 			Message: "the access token was issued for another consent"}}
 	}
@@ -559,7 +582,7 @@ type authView struct {
 // authPage is the bank's authorisation page: what the account holder sees.
 var authPage = template.Must(template.New("authorize").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>fakebank: authorise a payment</title>
+<link rel="icon" href="data:,"><title>fakebank: authorise a payment</title>
 <style>body{font:16px/1.5 system-ui,sans-serif;max-width:32rem;margin:2rem auto;padding:0 1rem}dt{font-weight:600}button{font-size:1rem;padding:.5rem 1.5rem;margin-right:1rem}</style>
 </head><body>
 <h1>fakebank</h1>

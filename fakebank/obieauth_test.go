@@ -88,7 +88,7 @@ func (ob *obBundle) payWith(t *testing.T, key, tok, cid, ref string) obAnswer {
 // POST's refusal of every token but the code flow's for its own consent.
 func TestOBIEAuthorisationCodeFlow(t *testing.T) {
 	t.Parallel()
-	ob := setupOB(t, fakebank.Options{Faults: bankclient.Faults{ConsentDelayMS: 1000}, TokenTTL: time.Minute, StrictTokens: true})
+	ob := setupOB(t, fakebank.Options{Faults: bankclient.Faults{ConsentDelayMS: 1000}, TokenTTL: time.Minute})
 	cid := ob.mustConsent(t, "ref-a", "10.00")
 	other := ob.mustConsent(t, "ref-b", "10.00")
 
@@ -180,7 +180,7 @@ func TestOBIEAuthorisationCodeFlow(t *testing.T) {
 // replaced by authorising an authorised consent again.
 func TestOBIEAuthorisationPage(t *testing.T) {
 	t.Parallel()
-	ob := setupOB(t, fakebank.Options{ManualAuthorisation: true, StrictTokens: true})
+	ob := setupOB(t, fakebank.Options{ManualAuthorisation: true})
 	rejected := ob.mustConsent(t, "ref-r", "12.34")
 	approved := ob.mustConsent(t, "ref-p", "10.00")
 

@@ -439,9 +439,10 @@ func TestOBIEValidatorCatchesViolations(t *testing.T) {
 	}
 }
 
-// FuzzOBIEBodies posts arbitrary bodies to both POSTs: the bank answers
-// 201 or 400, never a 5xx or a panic, and every answer validates against
-// the document.
+// FuzzOBIEBodies posts arbitrary bodies to both POSTs (the payment with the
+// account holder's token of the seeds' consent): the bank answers 201,
+// 400, or 403 for a payment under another consent than the token's, never
+// a 5xx or a panic, and every answer validates against the document.
 func FuzzOBIEBodies(f *testing.F) {
 	good, _ := json.Marshal(consentBody("fz-1", "1.00"))
 	pay, _ := json.Marshal(paymentBody("cns_000000000001", "fz-1", "1.00"))
@@ -460,10 +461,23 @@ func FuzzOBIEBodies(f *testing.F) {
 	}
 	h := bank.Handler()
 	doc := obietest.Spec(f)
+	// The consent the seeds name, and its account holder's token, so that
+	// payment bodies are judged past the token.
+	cr := httptest.NewRequest(http.MethodPost, "http://bank"+obietest.BasePath+"/domestic-payment-consents", strings.NewReader(string(good)))
+	cr.Header.Set("Authorization", "Bearer x")
+	cr.Header.Set("Content-Type", "application/json")
+	cr.Header.Set("x-idempotency-key", "fz-consent")
+	cr.Header.Set("x-jws-signature", "unverified..signature")
+	cw := httptest.NewRecorder()
+	h.ServeHTTP(cw, cr)
+	tok, err := bank.IssueConsentToken("cns_000000000001")
+	if cw.Code != http.StatusCreated || err != nil {
+		f.Fatalf("the seeds' consent: %d %s, %v", cw.Code, cw.Body, err)
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, path := range []string{"/domestic-payment-consents", "/domestic-payments"} {
 			r := httptest.NewRequest(http.MethodPost, "http://bank"+obietest.BasePath+path, strings.NewReader(string(body)))
-			r.Header.Set("Authorization", "Bearer x")
+			r.Header.Set("Authorization", "Bearer "+tok)
 			r.Header.Set("Content-Type", "application/json")
 			r.Header.Set("x-idempotency-key", fmt.Sprintf("fz-%x", sha256.Sum256(append([]byte(path), body...)))[:40])
 			r.Header.Set("x-jws-signature", "unverified..signature")
@@ -473,7 +487,7 @@ func FuzzOBIEBodies(f *testing.F) {
 			}
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
-			if w.Code != http.StatusCreated && w.Code != http.StatusBadRequest {
+			if w.Code != http.StatusCreated && w.Code != http.StatusBadRequest && w.Code != http.StatusForbidden {
 				t.Fatalf("POST %s %q: %d %s", path, body, w.Code, w.Body)
 			}
 			if err := obietest.ValidateResponse(in, w.Code, w.Result().Header, w.Body.Bytes()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"syscall"
 	"testing"
 
@@ -149,7 +150,7 @@ func (ob *obBundle) do(t *testing.T, c *http.Client, rq request) obAnswer {
 		t.Fatal(err)
 	}
 	if !rq.noAuth {
-		req.Header.Set("Authorization", "Bearer tpp-access-token")
+		req.Header.Set("Authorization", "Bearer "+ob.tokenFor(t, rq, data))
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("x-fapi-interaction-id", "93bac548-d2de-4546-b106-880a5018460d")
@@ -202,6 +203,52 @@ func (ob *obBundle) do(t *testing.T, c *http.Client, rq request) obAnswer {
 		}
 	}
 	return a
+}
+
+// tokenFor is the bearer token of a request: for a payment, the account
+// holder's token of the consent it names (issued without the flow when
+// the bank is in process: these tests are not about it; obieauth_test.go
+// is), else the TPP's.
+func (ob *obBundle) tokenFor(t *testing.T, rq request, body []byte) string {
+	if rq.method != http.MethodPost || rq.path != "/domestic-payments" {
+		return "tpp-access-token"
+	}
+	var p struct{ Data struct{ ConsentId string } } //nolint:revive // the field is the document's
+	if json.Unmarshal(body, &p) != nil {
+		return "tpp-access-token"
+	}
+	if ob.bank == nil {
+		return ob.flowToken(t, p.Data.ConsentId)
+	}
+	tok, err := ob.bank.IssueConsentToken(p.Data.ConsentId)
+	if err != nil {
+		return "tpp-access-token"
+	}
+	return tok
+}
+
+// flowToken runs the authorisation of consent cid through the bank's
+// pages over HTTP (the automatic account holder must decide at once) and
+// returns the access token.
+func (ob *obBundle) flowToken(t *testing.T, cid string) string {
+	t.Helper()
+	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: ob.clientTLS}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	q := redirected(t, func() (*http.Response, error) { return c.Get(ob.authorizeURL(cid, "flow-"+cid)) })
+	res, err := c.PostForm(ob.url+"/token", url.Values{"grant_type": {"authorization_code"}, "code": {q.Get("code")},
+		"client_id": {tppClient}, "redirect_uri": {tppRedirect}, "code_verifier": {tppVerifier}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var v struct {
+		AccessToken string `json:"access_token"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&v); err != nil || v.AccessToken == "" {
+		t.Fatalf("token of consent %s: %d %v", cid, res.StatusCode, err)
+	}
+	return v.AccessToken
 }
 
 func (ob *obBundle) postConsent(t *testing.T, key string, body any) obAnswer {

@@ -59,7 +59,7 @@ func ClassifyConsent(c bankclient.Consent, err error) (Answer, bool) {
 // known to be authorised.
 func (f Facts) consentPending(p Policy) bool {
 	return p.Bank.Consent && f.State == settlement.Pending && f.FirstAttemptAt.IsZero() &&
-		f.ConsentStatus != bankclient.ConsentAuthorised
+		(f.ConsentStatus != bankclient.ConsentAuthorised || f.needsGrant(p))
 }
 
 // consentExpired reports whether a consent still awaiting authorisation
@@ -101,6 +101,14 @@ func DecideConsent(f Facts, p Policy, now time.Time, a Answer) Decision {
 		c := a.Consent
 		switch c.Status {
 		case bankclient.ConsentAuthorised:
+			if f.needsGrant(p) {
+				// The payment is made with the account holder's token,
+				// which their redirect brings (authorisation.go).
+				if f.consentExpired(p, now, bankclient.Consent{}) {
+					return hold(ReasonConsentExpired, fmt.Sprintf("consent %s is authorised at the bank, but the account holder's authorisation never brought settle their token (asked %s ago, consent wait %s): the payment was never sent", c.ID, now.Sub(f.ConsentRequestedAt).Round(time.Second), p.ConsentWait))
+				}
+				return stay("consent " + c.ID + " authorised at the bank: waiting for the account holder's redirect to bring their token")
+			}
 			return Decision{To: settlement.Pending, Reason: "consent " + c.ID + " authorised: sending the payment", Pay: true, Definitive: true}
 		case bankclient.ConsentAwaiting:
 			if f.consentExpired(p, now, c) {
@@ -193,6 +201,13 @@ func (r *Resolver) consent(ctx context.Context, f facts, hook TxHook) (out Outco
 	}
 	if att.op == bankclient.OpConsent && !out.LostRace {
 		crash.Point(crash.ConsentAfterCommit)
+	}
+	if r.policy().Bank.Authorisation && !out.LostRace && ans.Kind == AnswerConsent &&
+		(ans.Consent.Status == bankclient.ConsentAwaiting || ans.Consent.Status == bankclient.ConsentAuthorised) {
+		// The account holder's link, listed by the console.
+		if err := r.ensureAuthorisation(rctx, f.SettlementID); err != nil {
+			return Outcome{}, false, err
+		}
 	}
 	out.Action = ActionSend
 	return out, d.Pay && !out.LostRace, nil

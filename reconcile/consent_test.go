@@ -50,6 +50,35 @@ func TestDecideConsent(t *testing.T) {
 		{"unauthorized is never a failure", f, now, Answer{Kind: AnswerUnauthorized, HTTPStatus: 401}, Decision{To: settlement.Pending, NextCheckAt: later}},
 		{"429 waits as long as asked", f, now, Answer{Kind: AnswerAmbiguous, HTTPStatus: http.StatusTooManyRequests, RetryAfter: time.Minute}, Decision{To: settlement.Pending, NextCheckAt: now.Add(time.Minute)}},
 	}
+	// At a bank whose payments are made with the account holder's token,
+	// authorised at the bank is not enough: the token must have come.
+	pa := p
+	pa.Bank.Consent, pa.Bank.Authorisation = true, true
+	granted := f
+	granted.Granted = true
+	authTests := []struct {
+		name string
+		f    Facts
+		now  time.Time
+		want Decision
+	}{
+		{"authorised without the token waits", f, now, Decision{To: settlement.Pending, NextCheckAt: later}},
+		{"authorised without the token past the consent wait is flagged", f, requested.Add(time.Hour), Decision{To: settlement.Pending, Flag: ReasonConsentExpired}},
+		{"authorised with the token pays now", granted, now, Decision{To: settlement.Pending, Pay: true, Definitive: true}},
+	}
+	for _, tt := range authTests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := DecideConsent(tt.f, pa, tt.now, consentAnswer(bankclient.ConsentAuthorised))
+			if got.Reason == "" {
+				t.Error("decision without a reason")
+			}
+			got.Reason = ""
+			if got != tt.want {
+				t.Errorf("DecideConsent(%s) = %+v, want %+v", tt.name, got, tt.want)
+			}
+		})
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -75,6 +104,16 @@ func TestConsentPending(t *testing.T) {
 	f := facts0(settlement.Pending, time.Time{})
 	if !f.consentPending(p) {
 		t.Error("a pending settlement never attempted is not at the consent step")
+	}
+	pa := p
+	pa.Bank.Authorisation = true
+	fa := f
+	fa.ConsentStatus = bankclient.ConsentAuthorised
+	if fa.consentPending(p) || !fa.consentPending(pa) {
+		t.Error("an authorised consent is at the consent step only while the account holder's token is not kept")
+	}
+	if fa.Granted = true; fa.consentPending(pa) {
+		t.Error("an authorised consent with the token kept is still at the consent step")
 	}
 	authorised := f
 	authorised.ConsentStatus = bankclient.ConsentAuthorised

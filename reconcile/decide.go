@@ -204,6 +204,9 @@ type Facts struct {
 	ConsentStatus      bankclient.ConsentStatus
 	ConsentRequestedAt time.Time
 	ConsentExpiresAt   time.Time
+	// Granted is true when settle keeps the account holder's token for
+	// the consent (banks with Capabilities.Authorisation).
+	Granted bool
 }
 
 // reference is the reference the settlement travels under (its id for a

@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"errors"
+	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -79,6 +82,57 @@ func (ob *obieBundle) insertOBIEFrom(t *testing.T, id string, amount int64, acco
 	}
 }
 
+// testRedirect is the redirect URI of the tests' authorisations; the
+// account holder's browser is not followed there: authorise hands the
+// bank's redirect to the Resolver as the console would.
+const testRedirect = "http://127.0.0.1:1/console/authorise/callback"
+
+// noRedirects is the account holder's browser, stopping at the bank's
+// redirect back to settle.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// visit opens the authorisation link of settlement id as its account
+// holder and returns the bank's redirect back (code or error, and state).
+func (ob *obieBundle) visit(t *testing.T, id string) url.Values {
+	t.Helper()
+	as, err := AwaitingAuthorisations(context.Background(), ob.db.Pool, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.SettlementID != id {
+			continue
+		}
+		link, err := ob.r.AuthorisationLink(a, testRedirect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := noRedirects.Get(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		back, err := url.Parse(res.Header.Get("Location"))
+		if err != nil || !strings.HasPrefix(back.String(), testRedirect+"?") {
+			t.Fatalf("the bank sent the account holder of %s to %q (%d)", id, res.Header.Get("Location"), res.StatusCode)
+		}
+		return back.Query()
+	}
+	t.Fatalf("no authorisation of %s awaited (%+v)", id, as)
+	return nil
+}
+
+// authorise runs the account holder's authorisation of settlement id:
+// the link, the bank's page, the redirect back.
+func (ob *obieBundle) authorise(t *testing.T, id string) {
+	t.Helper()
+	q := ob.visit(t, id)
+	rd, err := ob.r.CompleteAuthorisation(context.Background(), q.Get("state"), q.Get("code"), testRedirect)
+	if err != nil || rd.SettlementID != id || rd.Status != AuthorisationAuthorised {
+		t.Fatalf("the redirect of %s (%v): %+v, %v", id, q, rd, err)
+	}
+}
+
 // consentRow is a settlement's consent as stored.
 func (ob *obieBundle) consentRow(t *testing.T, id string) (consentID, status string, requests int) {
 	t.Helper()
@@ -122,6 +176,15 @@ func TestConsentAwaitingKeepsPaymentUnsent(t *testing.T) {
 	if err := ob.bank.DecideConsent(consentID, true); err != nil {
 		t.Fatal(err)
 	}
+	// Authorised at the bank, but the payment is made with the account
+	// holder's token, which only their redirect brings.
+	if out, err := ob.r.Resolve(ctx, "cons-wait", nil); err != nil || out.State != settlement.Pending || out.Done {
+		t.Fatalf("check with the consent authorised and no token: %+v, %v; want pending, asked again later", out, err)
+	}
+	if _, status, posts := ob.consentRow(t, "cons-wait"); status != string(bankclient.ConsentAuthorised) || posts != 0 {
+		t.Fatalf("consent %q, %d payment requests: want authorised, none", status, posts)
+	}
+	ob.authorise(t, "cons-wait")
 	out, err = ob.r.Resolve(ctx, "cons-wait", nil)
 	if err != nil || (out.State != settlement.Sent && out.State != settlement.Confirmed) {
 		t.Fatalf("check after the customer authorised: %+v, %v; want the payment sent", out, err)
@@ -262,6 +325,14 @@ func TestConsentStepRacesPayOnce(t *testing.T) {
 			t.Logf("one of the racing calls: %v", err)
 		}
 	}
+	settletest.Wait(t, "the consent stored", func() (bool, string) {
+		id, _, _ := ob.consentRow(t, "cons-race")
+		if id == "" {
+			_, _ = ob.r.Send(ctx, "cons-race", nil)
+		}
+		return id != "", "no consent yet"
+	})
+	ob.authorise(t, "cons-race")
 	settletest.Wait(t, "the payment settled", func() (bool, string) {
 		out, err := ob.r.Resolve(ctx, "cons-race", nil)
 		if err != nil {
@@ -277,4 +348,102 @@ func TestConsentStepRacesPayOnce(t *testing.T) {
 		t.Errorf("%+v: want one movement of 4100", r)
 	}
 	checkAgainst(t, ob.db, ob.bank.BooksClient())
+}
+
+// TestAuthorisationRedirects: the redirects back from the account
+// holder's bank. A state settle never issued is refused and asks nothing
+// of the bank; a lost token answer leaves the link listed, and opening it
+// again authorises; the token is kept sealed, never in clear; a redirect
+// handled already changes nothing; the payment is made once, with the
+// account holder's token.
+func TestAuthorisationRedirects(t *testing.T) {
+	t.Parallel()
+	ob := setupOBIE(t, bankclient.Faults{}, nil)
+	ctx := context.Background()
+	ob.insertOBIE(t, "auth-redir", 3100)
+	if out, err := ob.r.Send(ctx, "auth-redir", nil); err != nil || out.State != settlement.Pending {
+		t.Fatalf("send with no token: %+v, %v; want pending", out, err)
+	}
+
+	q := ob.visit(t, "auth-redir")
+	if _, err := ob.r.CompleteAuthorisation(ctx, "forged-state-of-forty-three-characters-xxxx", q.Get("code"), testRedirect); !errors.Is(err, ErrUnknownAuthorisation) {
+		t.Fatalf("a forged state: %v, want ErrUnknownAuthorisation", err)
+	}
+	var tokenCalls int
+	if err := ob.db.Pool.QueryRow(ctx, `SELECT count(*) FROM bank_attempts WHERE op = 'token'`).Scan(&tokenCalls); err != nil || tokenCalls != 0 {
+		t.Fatalf("%d token requests after a forged state (%v), want none", tokenCalls, err)
+	}
+
+	// The bank issues the token and the answer is lost: the code is spent.
+	if err := ob.bank.SetFaults(bankclient.Faults{TokenDropRate: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.r.CompleteAuthorisation(ctx, q.Get("state"), q.Get("code"), testRedirect); !bankclient.IsAmbiguous(err) {
+		t.Fatalf("a lost token answer: %v, want ambiguous", err)
+	}
+	if err := ob.bank.SetFaults(bankclient.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	// The browser replays the redirect: the code is spent, refused.
+	if _, err := ob.r.CompleteAuthorisation(ctx, q.Get("state"), q.Get("code"), testRedirect); !bankclient.IsRejected(err) {
+		t.Fatalf("the spent code again: %v, want refused", err)
+	}
+	if out, err := ob.r.Resolve(ctx, "auth-redir", nil); err != nil || out.State != settlement.Pending {
+		t.Fatalf("check with no token kept: %+v, %v; want pending", out, err)
+	}
+	// Opened again: a new code, the token kept.
+	ob.authorise(t, "auth-redir")
+	var sealed string
+	if err := ob.db.Pool.QueryRow(ctx, `SELECT grant_sealed FROM consent_authorisations WHERE settlement_id = 'auth-redir'`).Scan(&sealed); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(sealed, obie.SealPrefix) || strings.Contains(sealed, q.Get("code")) {
+		t.Errorf("the kept grant %q is not sealed", sealed)
+	}
+	rd, err := ob.r.CompleteAuthorisation(ctx, q.Get("state"), "another-code", testRedirect)
+	if err != nil || !rd.Replayed {
+		t.Fatalf("a redirect after the token is kept: %+v, %v; want nothing done", rd, err)
+	}
+	if rd, err := ob.r.RefuseAuthorisation(ctx, q.Get("state"), "access_denied", ""); err != nil || !rd.Replayed {
+		t.Fatalf("a refusal after the token is kept: %+v, %v; want nothing done", rd, err)
+	}
+
+	out, err := ob.r.Resolve(ctx, "auth-redir", nil)
+	if err != nil || (out.State != settlement.Sent && out.State != settlement.Confirmed) {
+		t.Fatalf("check with the token kept: %+v, %v; want the payment sent", out, err)
+	}
+	if st := ob.bank.Stats(); st.Payments != 1 || st.MaxPaymentsPerReference != 1 {
+		t.Errorf("bank %+v: want one payment", st)
+	}
+	if as, err := AwaitingAuthorisations(ctx, ob.db.Pool, 10); err != nil || len(as) != 0 {
+		t.Errorf("authorisations still listed: %+v, %v", as, err)
+	}
+}
+
+// TestAuthorisationRefused: the account holder rejects on their bank's
+// page; the redirect records it and the bank's Rejected consent fails the
+// settlement; no payment.
+func TestAuthorisationRefused(t *testing.T) {
+	t.Parallel()
+	ob := setupOBIE(t, bankclient.Faults{ConsentRejectRate: 1, ConsentDelayMS: 300}, nil)
+	ctx := context.Background()
+	ob.insertOBIE(t, "auth-no", 800)
+	if _, err := ob.r.Send(ctx, "auth-no", nil); err != nil {
+		t.Fatal(err)
+	}
+	q := ob.visit(t, "auth-no")
+	if q.Get("error") != "access_denied" {
+		t.Fatalf("the bank's redirect %v, want access_denied", q)
+	}
+	rd, err := ob.r.RefuseAuthorisation(ctx, q.Get("state"), q.Get("error"), q.Get("error_description"))
+	if err != nil || rd.Status != AuthorisationRejected {
+		t.Fatalf("the refusal: %+v, %v", rd, err)
+	}
+	out, err := ob.r.Resolve(ctx, "auth-no", nil)
+	if err != nil || out.State != settlement.Failed {
+		t.Fatalf("check after the refusal: %+v, %v; want failed", out, err)
+	}
+	if st := ob.bank.Stats(); st.Payments != 0 {
+		t.Errorf("bank %+v: want no payment", st)
+	}
 }

@@ -175,6 +175,8 @@ type facts struct {
 	BankKey      string
 	FlagReason   string
 	EnteredUncer time.Time
+	// Grant is the account holder's sealed token (authorisation.go).
+	Grant bankclient.Grant
 }
 
 func (r *Resolver) now() time.Time {
@@ -284,6 +286,7 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 
 		consentStatus                    string
 		consentRequested, consentExpires *time.Time
+		grantExpires                     *time.Time
 	)
 	err := r.DB.QueryRow(ctx, `
 		SELECT s.state, s.account_id, s.beneficiary, s.amount_cents, s.currency, s.bank_key,
@@ -294,11 +297,14 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 		       (SELECT max(t.at) FROM settlement_transitions t
 		         WHERE t.settlement_id = s.settlement_id AND t.to_state = 'confirmed'),
 		       coalesce(s.bank_consent_id, ''), coalesce(s.consent_status, ''),
-		       s.consent_requested_at, s.consent_expires_at, s.bank
-		FROM settlements s WHERE s.settlement_id = $1`, id).
+		       s.consent_requested_at, s.consent_expires_at, s.bank,
+		       coalesce(a.grant_sealed, ''), a.token_expires_at
+		FROM settlements s LEFT JOIN consent_authorisations a ON a.settlement_id = s.settlement_id
+		WHERE s.settlement_id = $1`, id).
 		Scan(&state, &f.AccountID, &f.Beneficiary, &f.AmountCents, &f.Currency, &f.BankKey,
 			&f.BankReference, &f.BankPaymentID, &first, &f.CheckAttempts, &reason, &entered, &confirmed,
-			&f.ConsentID, &consentStatus, &consentRequested, &consentExpires, &f.Bank)
+			&f.ConsentID, &consentStatus, &consentRequested, &consentExpires, &f.Bank,
+			&f.Grant.Sealed, &grantExpires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return facts{}, fmt.Errorf("error loading settlement %s: %w", id, settlement.ErrNotFound)
 	}
@@ -314,6 +320,13 @@ func (r *Resolver) load(ctx context.Context, id string) (facts, error) {
 	if consentExpires != nil {
 		f.ConsentExpiresAt = *consentExpires
 	}
+	if grantExpires != nil {
+		f.Grant.ExpiresAt = *grantExpires
+	}
+	// A grant is sealed with its refresh token when the bank issued one;
+	// the connector says which when asked to refresh.
+	f.Grant.Refreshable = f.Grant.Sealed != ""
+	f.Granted = f.Grant.Sealed != ""
 	if first != nil {
 		f.FirstAttemptAt = *first
 	}
@@ -353,8 +366,14 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 		if f, err = r.load(ctx, f.SettlementID); err != nil {
 			return Outcome{}, err
 		}
-		if f.State != settlement.Pending || !f.FirstAttemptAt.IsZero() || f.ConsentStatus != bankclient.ConsentAuthorised {
+		if f.State != settlement.Pending || !f.FirstAttemptAt.IsZero() || f.ConsentStatus != bankclient.ConsentAuthorised || f.needsGrant(r.policy()) {
 			return Outcome{SettlementID: f.SettlementID, Action: ActionNone, State: f.State, Done: true, LostRace: true}, nil
+		}
+	}
+	if f.Granted {
+		// Nothing is claimed with a token about to expire.
+		if err := r.freshGrant(ctx, &f); err != nil {
+			return Outcome{}, err
 		}
 	}
 	att := attempt{op: bankclient.OpSend}
@@ -409,6 +428,7 @@ func (f facts) request() bankclient.PaymentRequest {
 		Reference:       f.reference(),
 		SettlementID:    f.SettlementID,
 		ConsentID:       f.ConsentID,
+		Grant:           f.Grant.Sealed,
 	}
 }
 
@@ -487,6 +507,12 @@ func (r *Resolver) ask(ctx context.Context, f facts, q Question) (Answer, bool, 
 	)
 	switch q {
 	case AskReplay:
+		if f.Granted {
+			// A replay is the same request; its token may be a new one.
+			if err := r.freshGrant(ctx, &f); err != nil {
+				return Answer{}, false, err
+			}
+		}
 		res, err := r.Bank.Send(ctx, f.BankKey, f.request())
 		a, ok := ClassifySend(res, err)
 		return a, ok, err

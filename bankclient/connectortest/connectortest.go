@@ -55,10 +55,6 @@ func start(t *testing.T, tg Target, faults bankclient.Faults) bundle {
 	t.Helper()
 	bo := tg.Bank
 	bo.Seed, bo.Faults, bo.Profile = 5, faults, tg.Profile
-	if tg.Connector.Capabilities.Authorisation {
-		// Only the account holder's token pays.
-		bo.StrictTokens = true
-	}
 	bank, url := fakebanktest.NewServer(t, bo)
 	opts := tg.Options
 	opts.Timeout = 2 * time.Second

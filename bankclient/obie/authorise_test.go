@@ -38,7 +38,7 @@ func TestTokenKeyRequired(t *testing.T) {
 func TestAuthorisationGrant(t *testing.T) {
 	t.Parallel()
 	clock := settletest.NewManualClock(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
-	bank, u := fakebanktest.NewServer(t, fakebank.Options{Profile: "obie", StrictTokens: true, TokenTTL: 2 * time.Minute, Now: clock.Now})
+	bank, u := fakebanktest.NewServer(t, fakebank.Options{Profile: "obie", TokenTTL: 2 * time.Minute, Now: clock.Now})
 	c := newClient(t, u, bankclient.Options{Retry: oneAttempt})
 	ctx := context.Background()
 	req := request("auth-1")

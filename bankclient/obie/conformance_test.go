@@ -112,6 +112,7 @@ func TestAnswersSignedByTheBank(t *testing.T) {
 		t.Fatalf("ConsentByID: %v", err)
 	}
 	req.ConsentID = con.ID
+	req.Grant = grant(t, c, nil, con.ID)
 	res, err := c.Send(ctx, bankclient.KeyFor("signed-answers"), req)
 	if err != nil {
 		t.Fatalf("Send: %v", err)

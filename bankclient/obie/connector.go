@@ -2,10 +2,13 @@
 // settlement is paid as a domestic payment of the Open Banking Read/Write
 // API v3.1.11 (Payment Initiation): a consent (POST
 // /domestic-payment-consents) under the settlement's consent key, then,
-// once the customer has authorised it, the payment (POST
-// /domestic-payments) under the settlement's payment key, then its status
-// by the bank's own id (GET /domestic-payments/{DomesticPaymentId}).
-// Every request carries the spec's headers: the bearer token, a fresh
+// once the account holder has authorised it at their bank (the
+// authorization code grant with PKCE, authorise.go: the engine keeps their
+// token sealed), the payment (POST /domestic-payments) with their token
+// under the settlement's payment key, then its status by the bank's own id
+// (GET /domestic-payments/{DomesticPaymentId}). Every request carries the
+// spec's headers: the bearer token (the configured one, the account
+// holder's for the payment), a fresh
 // x-fapi-interaction-id, and on the POSTs the x-idempotency-key and a
 // detached JWS (x-jws-signature) over the exact body, signed PS256 with
 // SETTLE_BANK_SIGNING_KEY_FILE; the connection can present a client
@@ -30,6 +33,11 @@
 //	SETTLE_OBIE_TAN                   the signature's tan (default openbanking.org.uk)
 //	SETTLE_OBIE_KID                   the signature's kid (default the key's RFC 7638 thumbprint)
 //	SETTLE_OBIE_BANK_PUBLIC_KEY_FILE  the bank's public key: answers must then be signed with it
+//	SETTLE_TOKEN_KEY                  32 random bytes, base64: seals the account holders' tokens (required,
+//	SETTLE_TOKEN_KEY_FILE             or a file holding it)
+//	SETTLE_OBIE_CLIENT_ID             our client id at the bank's authorisation server (default "settle" on this machine)
+//	SETTLE_OBIE_AUTHORIZE_URL         the authorisation endpoint (default /authorize at the bank's host)
+//	SETTLE_OBIE_TOKEN_URL             the token endpoint (default /token at the bank's host)
 //
 // --bank-url is the bank's host and any participant path prefix;
 // /open-banking/v3.1/pisp is appended unless the URL already ends in it.
@@ -126,7 +134,7 @@ var Capabilities = bankclient.Capabilities{
 // comes from bankclient.Options.
 var Connector = bankclient.Connector{
 	Name:         Name,
-	Summary:      "UK Open Banking domestic payments v3.1.11 (consent, then payment); signing key in SETTLE_BANK_SIGNING_KEY_FILE",
+	Summary:      "UK Open Banking domestic payments v3.1.11 (consent, the account holder's authorisation, then payment); signing key in SETTLE_BANK_SIGNING_KEY_FILE, token key in SETTLE_TOKEN_KEY or SETTLE_TOKEN_KEY_FILE",
 	Capabilities: Capabilities,
 	New: func(baseURL string, opts bankclient.Options) (bankclient.Bank, error) {
 		return New(baseURL, opts, ConfigFromEnv(getenv))

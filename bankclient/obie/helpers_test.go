@@ -2,6 +2,7 @@ package obie_test
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -284,3 +286,34 @@ func verifyJWSHeader(sig string, body []byte, pub *rsa.PublicKey) (map[string]an
 
 // testTokenKey is the token key of the tests' clients.
 const testTokenKey = "c2V0dGxlLXRlc3QtdG9rZW4ta2V5LTMyLWJ5dGVzISE="
+
+// grant runs the account holder's authorisation of consent id at the bank
+// (its page decides at once), opening the link with browser (nil: plain
+// HTTP), and returns the sealed grant for PaymentRequest.Grant.
+func grant(t testing.TB, c *obie.Client, browser *http.Client, id string) string {
+	t.Helper()
+	const redirect = "http://127.0.0.1:9/console/authorise/callback"
+	if browser == nil {
+		browser = &http.Client{}
+	}
+	b := *browser
+	b.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	link, err := c.AuthorisationURL(id, "state-"+id, redirect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	back, err := url.Parse(res.Header.Get("Location"))
+	if err != nil || back.Query().Get("code") == "" {
+		t.Fatalf("authorising consent %s: %d to %q", id, res.StatusCode, res.Header.Get("Location"))
+	}
+	g, err := c.ExchangeCode(context.Background(), id, "state-"+id, back.Query().Get("code"), redirect)
+	if err != nil {
+		t.Fatalf("exchanging the code of consent %s: %v", id, err)
+	}
+	return g.Sealed
+}

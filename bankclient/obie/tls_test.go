@@ -35,6 +35,7 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("CreateConsent with the client certificate: %v", err)
 	}
 	req.ConsentID = con.ID
+	req.Grant = grant(t, c, &http.Client{Transport: &http.Transport{TLSClientConfig: p.ClientTLS(true)}}, con.ID)
 	res, err := c.Send(ctx, bankclient.KeyFor("mtls-1"), req)
 	if err != nil {
 		t.Fatalf("Send with the client certificate: %v", err)

@@ -50,11 +50,15 @@ failed, at settlement_failure_rate) once the settle delay has passed.
 
 --profile obie serves UK Open Banking domestic payments v3.1.11 under
 /open-banking/v3.1/pisp (the published OpenAPI document's server path):
-  POST /domestic-payment-consents          AwaitingAuthorisation, Authorised after
-                                           consent_delay_ms (Rejected at
-                                           consent_reject_rate), Consumed once paid
+  POST /domestic-payment-consents          AwaitingAuthorisation until the account
+                                           holder decides on /authorize, Consumed
+                                           once paid
   GET  /domestic-payment-consents/{ConsentId}
-  POST /domestic-payments                  only under an Authorised consent with the
+  POST /domestic-payments                  only with the account holder's access
+                                           token of its consent (401 for a token
+                                           not issued or expired, 403 for a client
+                                           credentials one or another consent's),
+                                           under an Authorised consent with the
                                            same Initiation and Risk (else 400
                                            UK.OBIE.Resource.InvalidConsentStatus or
                                            UK.OBIE.Resource.ConsentMismatch)
@@ -63,7 +67,21 @@ failed, at settlement_failure_rate) once the settle delay has passed.
                                            AcceptedSettlementCompleted, then
                                            AcceptedCreditSettlementCompleted (or
                                            Rejected); returns show only on statements
-  Headers: Authorization: Bearer <any token> (401 without); on POSTs
+  The authorisation server (authorization code grant with PKCE):
+  GET  /authorize                          the account holder's page: response_type=
+                                           code, client_id, redirect_uri, scope with
+                                           payments, state, code_challenge (S256),
+                                           openbanking_intent_id=<ConsentId>; the
+                                           page decides by itself consent_delay_ms
+                                           after the consent was created (Rejected
+                                           at consent_reject_rate) and redirects
+                                           with code or error=access_denied; with
+                                           --manual-authorisation it shows Approve
+                                           and Reject
+  POST /token                              grant_type authorization_code (code,
+                                           redirect_uri, client_id, code_verifier),
+                                           client_credentials or refresh_token
+  Headers: Authorization: Bearer <token> (401 without); on POSTs
   Content-Type application/json (415), x-idempotency-key of at most 40
   characters (400 UK.OBIE.Header.Missing/Invalid), x-jws-signature (400
   UK.OBIE.Signature.Missing). The same key and body within 24 h (key_ttl_ms when
@@ -74,7 +92,8 @@ failed, at settlement_failure_rate) once the settle delay has passed.
   bank verifies each POST's detached JWS (PS256, kid, the openbanking.org.uk
   iat/iss/tan claims, crit exactly those; 400 UK.OBIE.Signature.* otherwise,
   nothing created); WITHOUT it signatures are required but NOT verified.
-  POST /admin/consents/{id}/authorise|reject decides an awaiting consent now.
+  POST /admin/consents/{id}/authorise|reject decides an awaiting consent now
+  (authorised: the page then hands out the code at once).
   Faults in this profile: fail_before_rate, drop_response_rate (half of the
   time) and status_error_rate answer 500 UK.OBIE.UnexpectedError; reject_rate
   makes a payment Rejected at once, settlement_failure_rate Rejected once due;
@@ -103,9 +122,13 @@ Admin API:
          return_rate, return_after_ms
                                   settled payments that come back that long after
          rate_limit_per_s         answer 429 with Retry-After past this rate
-         consent_delay_ms         (obie) an Open Banking consent is decided this
-                                  long after it was created (0 = at once)
+         consent_delay_ms         (obie) the account holder decides on the
+                                  authorisation page this long after the consent
+                                  was created (0 = at once)
          consent_reject_rate      (obie) consents the customer rejects
+         token_error_rate, token_drop_rate
+                                  (obie) /token answers 500 before issuing, or
+                                  issues the token and loses the answer
          webhook_loss_rate, webhook_duplicate_rate, webhook_delay_max_ms
                                   (--webhook-url) status changes never pushed,
                                   pushed twice, and each push's random delay
@@ -130,6 +153,7 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	keyTTL := fs.Duration("key-ttl", 0, "initial key TTL, 0 = keys are never forgotten (overrides key_ttl_ms of --faults when given)")
 	profile := fs.String("profile", "settle", "the API the bank serves its books through: "+strings.Join(fakebank.ProfileNames(), ", "))
 	verbose := fs.Bool("verbose", false, "log every decision (payment created, replayed, rejected, fault injected)")
+	manualAuth := fs.Bool("manual-authorisation", false, "obie: the authorisation page (/authorize) waits for the account holder's Approve or Reject instead of deciding by itself consent_delay_ms after the consent was created")
 	jwsPublicKey := fs.String("jws-public-key", "", "obie: PEM file of the TPP's RSA public key (or certificate); the bank then verifies the x-jws-signature of every POST (without it, signatures are not verified)")
 	jwsSigningKey := fs.String("jws-signing-key", "", "obie: PEM file of the RSA private key the bank signs its answers with (default: a key made at start)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key)")
@@ -155,7 +179,7 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 	}
 	logger := slog.New(slog.NewTextHandler(s.Err, &slog.HandlerOptions{Level: level}))
 
-	opts := fakebank.Options{Seed: *seed, StatePath: *state, Faults: faults, Logger: logger, Profile: *profile,
+	opts := fakebank.Options{Seed: *seed, StatePath: *state, Faults: faults, Logger: logger, Profile: *profile, ManualAuthorisation: *manualAuth,
 		WebhookURL: *webhookURL, WebhookSecret: os.Getenv(bankclient.EnvWebhookSecret)}
 	if err := bankSecurity(&opts, *jwsPublicKey, *jwsSigningKey, *tlsCert, *tlsKey, *clientCA); err != nil {
 		fmt.Fprintf(s.Err, "settle fakebank: %v\n", err)

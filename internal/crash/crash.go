@@ -36,8 +36,19 @@ const (
 	ConsentAfterCommit = "consent.after_commit"
 )
 
-// ConsentPoints lists the crash points of the consent step.
-var ConsentPoints = []string{ConsentBeforeBank, ConsentAfterBank, ConsentAfterCommit}
+// The crash points of the account holder's authorisation (issue 33), in the
+// console's redirect endpoint at a bank whose payments are made with the
+// account holder's token (--bank obie): just after the bank answered the
+// code exchange (the code is spent, the token not yet stored), and just
+// after the token was stored (the payment not yet claimed).
+const (
+	AuthoriseAfterBank   = "authorise.after_bank"
+	AuthoriseAfterCommit = "authorise.after_commit"
+)
+
+// ConsentPoints lists the crash points of the consent step and of the
+// account holder's authorisation.
+var ConsentPoints = []string{ConsentBeforeBank, ConsentAfterBank, ConsentAfterCommit, AuthoriseAfterBank, AuthoriseAfterCommit}
 
 // The crash points of `settle statement import`: after a file's statements
 // and entries are written and matched, just before and just after its

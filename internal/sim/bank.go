@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ var CapabilitySets = []struct {
 		ReturnsOnStatementsOnly: true}},
 	{"list-only", bankclient.Capabilities{Search: true, Replay: bankclient.ReplayStored}},
 	{"consent/by-id/current-replay", bankclient.Capabilities{LookupByID: true, Replay: bankclient.ReplayCurrent,
-		KeyWindow: EngineKeyTTL, Consent: true, ReturnsOnStatementsOnly: true, NoList: true}},
+		KeyWindow: EngineKeyTTL, Consent: true, Authorisation: true, ReturnsOnStatementsOnly: true, NoList: true}},
 }
 
 // Bank is an in-memory model of the bank protocol (DESIGN.md section 7)
@@ -112,6 +113,10 @@ type Bank struct {
 	consents    []*simConsent
 	consentKeys map[string]*consentKeyEntry
 	posts       []paymentPost
+	// codes and tokens are the authorisation server's (Caps.Authorisation).
+	codes             map[string]*simCode
+	tokens            map[string]*simToken
+	codeSeq, tokenSeq int
 }
 
 // simPayment is one executed payment.
@@ -152,6 +157,8 @@ func NewBank(cfg BankConfig) *Bank {
 		keys:  map[string]*keyEntry{},
 
 		consentKeys: map[string]*consentKeyEntry{},
+		codes:       map[string]*simCode{},
+		tokens:      map[string]*simToken{},
 	}
 }
 
@@ -275,6 +282,24 @@ func (b *Bank) lookup(key string, now time.Time) *keyEntry {
 // execute decides one request that reached the bank and records it.
 func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.SendResult, error) {
 	now := b.clock.Now()
+	if b.cfg.Caps.Authorisation {
+		// The token first, replays included: a payment is made with the
+		// account holder's live token of its consent, or not at all.
+		if c := b.consentByID(req.ConsentID); c != nil && !b.tokenOK(req, c, now) {
+			b.logf("send %s: 401, not the account holder's live token of consent %s", key, c.id)
+			if access, _, _ := strings.Cut(strings.TrimPrefix(req.Grant, sealPrefix), "|"); b.lookup(key, now) == nil &&
+				(b.tokens[access] == nil || b.tokens[access].consent != c) {
+				// No token of the consent at all (an expired one is only
+				// refused: the engine refreshes before it sends, but a
+				// request can age on its way).
+				b.posts = append(b.posts, paymentPost{key: key, reference: req.Reference, consentID: req.ConsentID, at: now,
+					consentKey: c.key, status: c.status(now), noToken: true})
+			}
+			return bankclient.SendResult{}, unauthorised()
+		}
+	}
+	// The token is not part of the request's identity.
+	req.Grant = ""
 	if e := b.lookup(key, now); e != nil {
 		if e.req != req {
 			b.logf("send %s: key reuse", key)

@@ -40,6 +40,11 @@ type simConsent struct {
 	rejected  bool
 	abandoned bool
 	payment   *simPayment
+	// flow: the customer decides by opening the engine's link (Visit),
+	// at authorisedAt or rejectedAt (Caps.Authorisation); otherwise at
+	// decideAt on their own.
+	flow                     bool
+	authorisedAt, rejectedAt time.Time
 }
 
 // status returns the consent's status at now.
@@ -47,6 +52,12 @@ func (c *simConsent) status(now time.Time) bankclient.ConsentStatus {
 	switch {
 	case c.payment != nil:
 		return bankclient.ConsentConsumed
+	case c.flow && !c.rejectedAt.IsZero():
+		return bankclient.ConsentRejected
+	case c.flow && !c.authorisedAt.IsZero():
+		return bankclient.ConsentAuthorised
+	case c.flow:
+		return bankclient.ConsentAwaiting
 	case c.abandoned || now.Before(c.decideAt):
 		return bankclient.ConsentAwaiting
 	case c.rejected:
@@ -88,6 +99,9 @@ type paymentPost struct {
 	// payment key without looking at the consent, is not recorded.)
 	consentKey string
 	status     bankclient.ConsentStatus
+	// noToken: the POST did not carry the account holder's live token of
+	// the consent (the bank answered 401).
+	noToken bool
 }
 
 var _ bankclient.Consenter = (*Bank)(nil)
@@ -95,7 +109,7 @@ var _ bankclient.Consenter = (*Bank)(nil)
 // consentBody is the part of a request a consent is about: the payment,
 // not the consent that carries it.
 func consentBody(req bankclient.PaymentRequest) bankclient.PaymentRequest {
-	req.ConsentID = ""
+	req.ConsentID, req.Grant = "", ""
 	return req
 }
 
@@ -157,6 +171,7 @@ func (b *Bank) createConsent(key string, req bankclient.PaymentRequest) (bankcli
 		decideAt:  now.Add(b.draw(b.cfg.ConsentDecideMax)),
 		rejected:  b.chance(b.cfg.ConsentReject),
 		abandoned: b.chance(b.cfg.ConsentAbandon),
+		flow:      b.cfg.Caps.Authorisation,
 	}
 	e := &consentKeyEntry{req: req, consent: c}
 	if b.cfg.KeyTTL > 0 {
@@ -318,6 +333,8 @@ func (r *run) consentChecks(ctx context.Context) ([]string, error) {
 	for _, p := range b.posts {
 		id := idOfRef[p.reference]
 		switch {
+		case p.noToken:
+			bad("%s: payment POST under key %s at +%s without the account holder's token of consent %s", id, p.key, p.at.Sub(Epoch), p.consentID)
 		case p.consentID == "":
 			bad("%s: payment POST under key %s at +%s named no consent", id, p.key, p.at.Sub(Epoch))
 		case p.consentID != stored[id]:

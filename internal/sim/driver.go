@@ -68,10 +68,11 @@ type Config struct {
 	// transaction commits); at a consent bank, "consent-misread" (a
 	// consent awaiting authorisation read as authorised, so the payment is
 	// POSTed before it) or "consent-wait-forever" (the engine never gives up
-	// on a consent the customer never decides); in a run that checks
-	// funds, "funds-check-off" (intake does not check them, so payouts
-	// spend money the account does not have). Empty: the engine as
-	// shipped.
+	// on a consent the customer never decides), at a consent bank whose
+	// payments need the account holder's token "grant-dropped" (the
+	// payment sent without it); in a run that checks funds,
+	// "funds-check-off" (intake does not check them, so payouts spend
+	// money the account does not have). Empty: the engine as shipped.
 	Plant string
 	// Returns gives every schedule's bank a return profile (drawn per
 	// seed); otherwise a quarter of the seeds return nothing.
@@ -406,6 +407,12 @@ func (r *run) setFaults(name string, f Faults) {
 
 // step runs one step of the faulty phase.
 func (r *run) step(ctx context.Context, i int) error {
+	if r.caps.Authorisation && r.rng.IntN(5) == 0 {
+		// The customers whose decision is due open their links. (Drawn
+		// only at such a bank, so that the other banks' schedules stay
+		// as they were.)
+		return r.single(ctx, "customers", r.customerFn)
+	}
 	k := r.rng.IntN(100)
 	switch {
 	case k < 55:
@@ -758,6 +765,11 @@ func (r *run) recover(ctx context.Context) error {
 		if len(ids) == 0 {
 			r.res.Stats.Rounds = round
 			return nil
+		}
+		if r.caps.Authorisation {
+			if err := r.single(ctx, "customers", r.customerFn); err != nil {
+				return err
+			}
 		}
 		for _, id := range ids {
 			idx := indexOf(settlementIDs(r.events), id)

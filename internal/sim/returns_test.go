@@ -42,6 +42,11 @@ func setupReturn(ctx context.Context, t *testing.T, bank, plant string, sentOnly
 	r.script(ctx, t, "send s00", func(a *actor, out *string) (func(context.Context), string) {
 		return r.resolverFn(a, 0, true, out)
 	}, nil)
+	if caps.Authorisation {
+		// The payment waits for its account holder's token: they open
+		// the link and the redirect pays it.
+		r.script(ctx, t, "the customer authorises", r.customerFn, nil)
+	}
 	r.clock.Advance(time.Minute)
 	b := returnBundle{r: r, db: db}
 	if sentOnly {

@@ -361,6 +361,12 @@ func (b actorBank) Send(ctx context.Context, key string, req bankclient.PaymentR
 	if err := b.a.op("bank send"); err != nil {
 		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
 	}
+	if b.a.plant == "grant-dropped" && req.Grant != "" {
+		// A connector that sends the payment without the account
+		// holder's token.
+		req.Grant = ""
+		b.a.note("planted: payment %s sent without the account holder's token", key)
+	}
 	call := b.a.bankCalls
 	b.a.bankCalls++
 	if call == b.a.crashAfterBank {

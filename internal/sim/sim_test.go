@@ -60,7 +60,7 @@ func truncate(ctx context.Context, pool *pgxpool.Pool) error {
 		_, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica;
 			DELETE FROM bank_statement_entries; DELETE FROM bank_statements; DELETE FROM bank_statement_files;
 			DELETE FROM operator_actions; DELETE FROM ledger_movements; DELETE FROM settlement_transitions;
-			DELETE FROM bank_attempts; DELETE FROM receipt_conflicts; DELETE FROM settlements;
+			DELETE FROM bank_attempts; DELETE FROM receipt_conflicts; DELETE FROM consent_authorisations; DELETE FROM settlements;
 			DELETE FROM settlement_receipts; DELETE FROM event_attempts; DELETE FROM event_deliveries;
 			DELETE FROM settlement_events; DELETE FROM ledger_postings; DELETE FROM ledger_holds; DELETE FROM ledger_balances; DELETE FROM ledger_accounts`)
 		return err

@@ -426,6 +426,10 @@ func tables() []table {
 			eval: func(in inputs) string {
 				in.f.State, in.f.FirstAttemptAt, in.f.ConsentID = settlement.Pending, time.Time{}, "c1"
 				in.f.ConsentStatus = bankclient.ConsentAwaiting
+				// The model's customer authorises at the bank and their
+				// token reaches settle in one move: the redirect and the
+				// code exchange are tested by reconcile, sim and e2e.
+				in.f.Granted = true
 				return decision(reconcile.DecideConsent(in.f, in.p, in.now, in.a))
 			}},
 		{name: "return", doc: "reconcile.DecideReturn: a statement's credit line under the settlement's reference; marked: it carries return information",

@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,6 +42,7 @@ import (
 	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/metrics"
+	"github.com/settle/settle/internal/psu"
 	"github.com/settle/settle/internal/settlecmd/submit"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	kafkasrc "github.com/settle/settle/source/kafka"
@@ -289,8 +291,21 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		hookSecret = randomToken()
 		workerEnv = append(workerEnv, bankclient.EnvWebhookSecret+"="+hookSecret)
 	}
+	// At an Open Banking bank each payment waits for its account holder's
+	// authorisation: the demo's account holders open the links the
+	// console lists (the fakebank's page decides by itself after
+	// consent_delay_ms), as a customer sent the link would.
+	var consoleURL atomic.Value
+	consoleURL.Store("")
+	if conn.Capabilities.Authorisation {
+		holder := &psu.Holder{Console: func() string { return consoleURL.Load().(string) }, Operator: "demo", Token: token}
+		defer psu.Start(holder)()
+	}
 	start2 := func() (*workerproc.Proc, error) {
 		w, err := startWorker(ctx, o.Executable, dbURL, bank.url, o.Bank, token, logPath, append(workerEnv, srcEnv...), srcArgs...)
+		if err == nil {
+			consoleURL.Store(w.URL())
+		}
 		if err == nil && hookSecret != "" {
 			if err = bank.bank.SetWebhook(w.URL()+"/v1/bank/webhooks/"+conn.Name, hookSecret); err != nil {
 				_ = w.Stop(workerStopTimeout)
@@ -327,6 +342,11 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		rep.Events, rep.Settlements, rep.Redeliveries, rep.Conflicts, o.Faults)
 	say("  database  %s", where)
 	say("  bank      %s (fakebank in-process: %s)", bank.url, describe(faults))
+	if conn.Capabilities.Authorisation {
+		say("  consents  each payment waits for its account holder: they open the link the console lists under")
+		say("            /console/authorisations, approve on the bank's page (%s/authorize; it decides by itself", bank.url)
+		say("            after %d ms) and are sent back to the console, which keeps their token encrypted and pays", faults.ConsentDelayMS)
+	}
 	say("  events    %s, %s (webhook receivers in-process; the second answers 503 to every fourth call)",
 		sinks.sinks[0].url, sinks.sinks[1].url)
 	switch o.Source {

@@ -765,6 +765,9 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 		Operators: c.Operators,
 		Logger:    c.Logger,
 		Now:       c.Now,
+		// An account holder's authorisation came back: the payment goes
+		// out on its bank's queue.
+		CheckNow: check,
 	})
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -57,6 +58,9 @@ type target struct {
 	// start starts the fakebank with faults and returns it with the
 	// environment the workers need (its credentials); nil: startBankAs.
 	start func(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []string)
+	// authorise: each payment waits for its account holder's
+	// authorisation, given through the console's links (accountHolder).
+	authorise bool
 }
 
 func (tg target) bank(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []string) {
@@ -97,6 +101,11 @@ func crashPoints(t *testing.T, tg target) {
 					t.Fatal(err)
 				}
 			}
+			var console atomic.Value // the live worker's URL
+			console.Store(w1.URL())
+			if tg.authorise {
+				accountHolder(t, func() string { return console.Load().(string) })
+			}
 			code, err := post(w1.URL(), ev)
 			// The worker may die before answering (intake points): the
 			// producer then redelivers.
@@ -108,6 +117,7 @@ func crashPoints(t *testing.T, tg target) {
 			}
 
 			w2 := startWorker(t, "w2", db.URL, env, flags...)
+			console.Store(w2.URL())
 			ev.EventID = "redelivery"
 			code, err = post(w2.URL(), ev)
 			if err != nil || (code != http.StatusOK && code != http.StatusCreated) {

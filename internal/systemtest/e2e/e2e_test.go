@@ -35,9 +35,12 @@ func TestEndToEndStripe(t *testing.T) {
 }
 
 // TestEndToEndOBIE is TestEndToEnd through the UK Open Banking connector
-// and the fakebank's obie profile: every settlement a consent (authorised
-// after a customer's delay, its requests as faulty as the payments'), then
-// a payment, both signed; sterling to sort codes.
+// and the fakebank's obie profile: every settlement a consent (its
+// requests as faulty as the payments'), authorised by its account holder
+// through the console's link after a delay (a fifth of the token answers
+// lost, a tenth of the token requests failed: the link is opened again),
+// then a payment with the account holder's token, both signed; sterling
+// to sort codes.
 func TestEndToEndOBIE(t *testing.T) {
 	t.Parallel()
 	tg := obieTarget
@@ -62,6 +65,7 @@ func endToEnd(t *testing.T, tg target) {
 	b, env := tg.bank(t, 42, bankclient.Faults{
 		FailBeforeRate: 0.10, DropResponseRate: 0.20, StatusErrorRate: 0.15,
 		LatencyMinMS: 0, LatencyMaxMS: 40, SettlementFailureRate: 0.03, SettleDelayMS: 200, ConsentDelayMS: 150,
+		TokenErrorRate: 0.1, TokenDropRate: 0.2,
 	})
 	flags := append(workerFlags(b.url), "--bank", name)
 	workers := make([]*workertest.Worker, 3)
@@ -69,6 +73,10 @@ func endToEnd(t *testing.T, tg target) {
 	for i := range workers {
 		workers[i] = startWorker(t, fmt.Sprintf("w%d", i), db.URL, env, flags...)
 		urls.set(i, workers[i].URL())
+	}
+	if tg.authorise {
+		// w1 is never killed.
+		accountHolder(t, func() string { return urls.get()[1] })
 	}
 
 	// The stream: every settlement once, 20% again later (another event id,

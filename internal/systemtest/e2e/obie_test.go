@@ -17,6 +17,7 @@ import (
 	"github.com/settle/settle/fakebank/obietest"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
+	"github.com/settle/settle/internal/psu"
 	"github.com/settle/settle/internal/testsupport/bintest"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/reconcile"
@@ -32,7 +33,17 @@ const obieBeneficiary = "SortCodeAccountNumber:08080021325698:ACME Ltd"
 // obieTarget is the UK Open Banking connector against the fakebank's obie
 // profile, which verifies every request's x-jws-signature with the
 // workers' key.
-var obieTarget = target{name: "obie", beneficiary: obieBeneficiary, currency: "GBP", points: crash.ConsentPoints, start: startOBIE}
+var obieTarget = target{name: "obie", beneficiary: obieBeneficiary, currency: "GBP", points: crash.ConsentPoints, start: startOBIE, authorise: true}
+
+// accountHolder opens, for the rest of the test, the authorisation links
+// the console of the worker at console() lists, as the account holders
+// who were sent them do (the fakebank's page decides by itself).
+func accountHolder(t *testing.T, console func() string) *psu.Holder {
+	t.Helper()
+	h := &psu.Holder{Console: console, Again: time.Second}
+	t.Cleanup(psu.Start(h))
+	return h
+}
 
 // startOBIE starts the fakebank's obie profile verifying signatures with a
 // fresh key, and returns the workers' environment holding that key.
@@ -80,6 +91,7 @@ func TestKeyTTLOBIEStatementsResolve(t *testing.T) {
 			flags := append(workerFlags(b.url), "--bank", "obie", "--bank-attempts", "1",
 				"--bank-key-ttl", "1s", "--check-interval", "3s", "--max-check-interval", "3s")
 			w := startWorker(t, "w", db.URL, env, flags...)
+			accountHolder(t, w.URL)
 			ev := intake.Event{SettlementID: "ttl-obie-1", AccountID: "acc", AmountCents: 777, Currency: "GBP", Beneficiary: obieBeneficiary}
 			if code, err := post(w.URL(), ev); err != nil || code != http.StatusCreated {
 				t.Fatalf("post = %d, %v", code, err)
@@ -168,6 +180,7 @@ func TestReconcileBankOBIENeedsStatements(t *testing.T) {
 
 	b, env := startOBIE(t, 9, bankclient.Faults{})
 	w := startWorker(t, "w", db.URL, env, append(workerFlags(b.url), "--bank", "obie")...)
+	accountHolder(t, w.URL)
 	ev := intake.Event{SettlementID: "rec-obie-1", AccountID: "acc", AmountCents: 1999, Currency: "GBP", Beneficiary: obieBeneficiary}
 	if code, err := post(w.URL(), ev); err != nil || code != http.StatusCreated {
 		t.Fatalf("post = %d, %v", code, err)

@@ -87,6 +87,10 @@ func returnsEndToEnd(t *testing.T, tg target) {
 		startWorker(t, "w1", db.URL, env, flags...),
 	}
 	urls := &lockedURLs{urls: []string{workers[0].URL(), workers[1].URL()}}
+	if tg.authorise {
+		// w1 is never killed.
+		accountHolder(t, func() string { return urls.get()[1] })
+	}
 
 	rng := rand.New(rand.NewPCG(17, 2))
 	want := make(map[string]int64, n)

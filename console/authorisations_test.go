@@ -1,0 +1,117 @@
+package console_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/obie"
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/fakebank/fakebanktest"
+	"github.com/settle/settle/fakebank/obietest"
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/settlecmd/workerproc"
+	"github.com/settle/settle/internal/testsupport/browsertest"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/settletest"
+	"github.com/settle/settle/internal/testsupport/workertest"
+)
+
+// TestBrowserAuthorisation is the account holder's authorisation of an
+// Open Banking payment, in a browser: the operator finds the payment on
+// the Authorisations page with its link; the account holder (no console
+// credentials) opens it, sees the payment on their bank's page, approves,
+// and lands on the console's page saying so; the payment is made with
+// their token; the link leaves the list. A redirect with a state the
+// console never issued is refused.
+func TestBrowserAuthorisation(t *testing.T) {
+	t.Parallel()
+	const token = "console-authorisation-token"
+	db := dbtest.New(t)
+	// The bank's page waits for the account holder's click.
+	bank, bankURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Profile: "obie", ManualAuthorisation: true,
+		Faults: bankclient.Faults{SettleDelayMS: 200}})
+	_, keyPath, _ := obietest.SigningKey(t)
+	env := []string{bankclient.EnvSigningKeyFile + "=" + keyPath, bankclient.EnvToken + "=tpp-token",
+		obie.EnvTokenKey + "=Y29uc29sZS1icm93c2VyLXRlc3QtdG9rZW4ta2V5ISE="}
+	w := workertest.StartT(t, "w", db.URL, env, append(workerproc.FastFlags(bankURL), "--bank", "obie", "--api-token", token)...)
+	base := w.URL()
+
+	body, _ := json.Marshal(intake.Event{SettlementID: "auth-br-1", AccountID: "acc-1", AmountCents: 4321, Currency: "GBP",
+		Beneficiary: "SortCodeAccountNumber:08080021325698:ACME Ltd"})
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/settlements", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("intake: %d", res.StatusCode)
+	}
+
+	br := &browser{Browser: browsertest.New(t, browsertest.Options{}), t: t, base: base}
+	br.signIn("alice", token)
+	var link string
+	settletest.Wait(t, "the payment listed for its account holder", func() (bool, string) {
+		if st := br.open("/console/authorisations"); st != http.StatusOK {
+			return false, "status " + http.StatusText(int(st))
+		}
+		link = eval[string](br, `(document.querySelector('tr[data-settlement="auth-br-1"] a.authorise-link') || {href: ""}).href`)
+		return link != "", br.text("main")
+	})
+	br.clean("the authorisations page")
+	lu, err := url.Parse(link)
+	if err != nil || !strings.HasPrefix(link, bankURL+"/authorize?") || lu.Query().Get("redirect_uri") != base+"/console/authorise/callback" ||
+		lu.Query().Get("code_challenge_method") != "S256" {
+		t.Fatalf("the link %q: want the bank's /authorize with PKCE, sending the account holder back to the console", link)
+	}
+	if st := bank.Stats(); st.Payments != 0 {
+		t.Fatalf("bank %+v: a payment before the account holder authorised", st)
+	}
+
+	// The account holder has no console credentials.
+	br.signIn("", "")
+	if st := br.open(link); st != http.StatusOK {
+		t.Fatalf("the bank's page: %d", st)
+	}
+	if amount := br.text("#amount"); amount != "43.21 GBP" {
+		t.Errorf("the bank's page shows the amount %q, want 43.21 GBP", amount)
+	}
+	if st := br.click("approve"); st != http.StatusOK {
+		t.Fatalf("back on the console after approving: %d (%s)", st, br.text("body"))
+	}
+	if title := br.text("#title"); title != "Payment authorised" {
+		t.Fatalf("the console's page after approving reads %q: %s", title, br.text("body"))
+	}
+	br.clean("the console's redirect page")
+
+	settletest.Wait(t, "the payment made with the account holder's token", func() (bool, string) {
+		st := bank.Stats()
+		return st.Payments == 1, ""
+	})
+	if st := bank.Stats(); st.MaxPaymentsPerReference != 1 {
+		t.Errorf("bank %+v: want one payment", st)
+	}
+
+	// The same redirect again, and one the console never issued.
+	if st := br.open(base + "/console/authorise/callback?state=forged-state&code=x"); st != http.StatusBadRequest {
+		t.Errorf("a forged state: %d, want 400", st)
+	}
+	if title := br.text("#title"); title != "Unknown authorisation" {
+		t.Errorf("a forged state reads %q", title)
+	}
+	br.expectProblem("authorise/callback") // the browser logs the 400
+
+	br.signIn("alice", token)
+	settletest.Wait(t, "the link off the list", func() (bool, string) {
+		br.open("/console/authorisations")
+		return br.text("#empty") != "", br.text("main")
+	})
+	br.clean("the authorisations page, emptied")
+}
