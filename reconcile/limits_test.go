@@ -66,7 +66,13 @@ func TestUnsendableAmountFailsIt(t *testing.T) {
 			// Another account: the holds of one account could not sum
 			// past the largest bigint.
 			ob.insertOBIEFrom(t, "ob-over", tc.amount, "acc-2")
-			if out, err := ob.r.Send(ctx, "ob-limit", nil); err != nil || out.State != settlement.Sent && out.State != settlement.Confirmed {
+			// The consent is created and authorised at the bank; the
+			// payment waits for the account holder's token.
+			if out, err := ob.r.Send(ctx, "ob-limit", nil); err != nil || out.State != settlement.Pending {
+				t.Fatalf("£1,000,000 before the account holder's redirect: %+v, %v; want pending", out, err)
+			}
+			ob.authorise(t, "ob-limit")
+			if out, err := ob.r.Resolve(ctx, "ob-limit", nil); err != nil || out.State != settlement.Sent && out.State != settlement.Confirmed {
 				t.Fatalf("£1,000,000: %+v, %v; want sent", out, err)
 			}
 			out, err := ob.r.Send(ctx, "ob-over", nil)
