@@ -32,6 +32,10 @@ type bundle struct {
 	broker Broker
 	svc    *intake.Service
 	cut    *cutter
+
+	mu sync.Mutex
+	// acked holds the body of each message acknowledged, by transport id.
+	acked map[string]string
 }
 
 func newBundle(t *testing.T, h Harness) *bundle {
@@ -57,7 +61,7 @@ func newBundle(t *testing.T, h Harness) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{t: t, kind: h.Kind(), db: db, broker: h.Broker(t), svc: svc, cut: cut}
+	return &bundle{t: t, kind: h.Kind(), db: db, broker: h.Broker(t), svc: svc, cut: cut, acked: map[string]string{}}
 }
 
 // cutter dials the intake's database connections and can cut them all,
@@ -143,7 +147,52 @@ type checked struct {
 func (c *checked) Ack(ctx context.Context, msgs []source.Message) error {
 	c.b.checkCommitted(msgs)
 	c.acked.Add(int64(len(msgs)))
+	c.b.mu.Lock()
+	for _, m := range msgs {
+		c.b.acked[m.TransportID] = string(m.Data)
+	}
+	c.b.mu.Unlock()
 	return c.Source.Ack(ctx, msgs)
+}
+
+// copies is how many of the messages acknowledged are further copies of
+// an event: messages of their own (transport ids of their own) carrying
+// the same bytes as another. Each is a replay. A case publishes copies on
+// purpose; a broker may add some (a producer's retry after a lost answer
+// publishes the message again: the stand-ins do so under load). A
+// message delivered again is the same message, never a copy.
+func (b *bundle) copies() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bodies := make(map[string]int, len(b.acked))
+	for _, data := range b.acked {
+		bodies[data]++
+	}
+	n := 0
+	for data, k := range bodies {
+		var ev struct {
+			SettlementID string `json:"settlement_id"`
+		}
+		if json.Unmarshal([]byte(data), &ev) == nil && ev.SettlementID != "" {
+			n += k - 1
+		}
+	}
+	return n
+}
+
+// checkReplays fails the case unless the replays recorded are the
+// copies acknowledged, plus extra (the deliveries again of messages
+// whose outcome had committed, that the case caused). A copy the case
+// did not publish is logged.
+func (b *bundle) checkReplays(published, extra int, why string) {
+	b.t.Helper()
+	copies := b.copies()
+	if copies > published {
+		b.t.Logf("the broker held %d copies of events beyond the %d the case published (a producer's retry after a lost answer): each is a replay", copies-published, published)
+	}
+	if got, want := b.replays(), copies+extra; got != want {
+		b.t.Errorf("replays: %d, want %d (%d copies of events acknowledged, %d published by the case; %s)", got, want, copies, published, why)
+	}
 }
 
 // checkCommitted fails the case for each of msgs whose outcome is not in
@@ -188,7 +237,9 @@ func (b *bundle) loop(src source.Source, in source.Intake, mod func(*source.Conf
 	if in == nil {
 		in = b.svc
 	}
-	cfg := source.Config{Source: src, Intake: in, RetryDelay: 50 * time.Millisecond, PauseMax: 500 * time.Millisecond}
+	// The leases are kept alive three times per lease, as the worker
+	// does (--source-lease / 3): a slow batch keeps its messages.
+	cfg := source.Config{Source: src, Intake: in, RetryDelay: 50 * time.Millisecond, PauseMax: 500 * time.Millisecond, LeaseEvery: Lease / 3}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -2,14 +2,15 @@ package sqs_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/settle/settle/internal/motoserver"
 	"github.com/settle/settle/internal/testsupport/mototest"
 	"github.com/settle/settle/source"
 	"github.com/settle/settle/source/sourcetest"
@@ -31,7 +32,8 @@ func (sqsHarness) Kind() string { return sqssrc.Kind }
 
 func (sqsHarness) Broker(t *testing.T) sourcetest.Broker {
 	moto := mototest.Shared(t)
-	return &sqsBroker{moto: moto, api: moto.Client(), queue: moto.Queue(t, sourcetest.Lease)}
+	ep, url := newEndpoint(t, moto.URL)
+	return &sqsBroker{moto: moto, api: moto.Client(), queue: moto.Queue(t, sourcetest.Lease), ep: ep, epAPI: clientAt(url)}
 }
 
 // sqsBroker is one case's queue.
@@ -39,6 +41,10 @@ type sqsBroker struct {
 	moto  *mototest.Server
 	api   *awssqs.Client
 	queue string
+	// ep is the endpoint the consumers reach moto_server through, epAPI
+	// its client.
+	ep    *endpoint
+	epAPI *awssqs.Client
 }
 
 func (b *sqsBroker) Publish(t *testing.T, data []byte) string {
@@ -62,7 +68,7 @@ func (b *sqsBroker) Open(t *testing.T, o sourcetest.Options) source.Source {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	src, err := sqssrc.Open(ctx, sqssrc.Config{QueueURL: b.queue, Client: b.api, Visibility: o.Lease})
+	src, err := sqssrc.Open(ctx, sqssrc.Config{QueueURL: b.queue, Client: b.epAPI, Visibility: o.Lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,18 +78,33 @@ func (b *sqsBroker) Open(t *testing.T, o sourcetest.Options) source.Source {
 
 // Drained: nothing visible, delayed or in flight (received, not deleted).
 func (b *sqsBroker) Drained(t *testing.T) (bool, string) {
-	v, f, err := depth(b.api, b.queue)
+	ok, state, err := drained(b.api, b.queue)
 	if err != nil {
 		return false, err.Error()
 	}
-	return v == 0 && f == 0, fmt.Sprintf("%d visible, %d in flight", v, f)
+	return ok, state
 }
 
 // Expire does nothing: an SQS lease is the visibility timeout, a timer
 // that runs out by itself when not extended.
 func (b *sqsBroker) Expire(*testing.T, source.Source) {}
 
-// Restart is not possible: moto_server keeps its queues in memory.
-func (b *sqsBroker) Restart(*testing.T) error {
-	return fmt.Errorf("%w: moto_server keeps its queues in memory only", sourcetest.ErrUnsupported)
+// Restart is the outage of the queue's endpoint: SQS is never restarted by
+// its users, and moto_server (which keeps its queues in memory only) is
+// not restarted either. Every consumer connection is cut and new ones are
+// refused until a consumer has met the refusal; then the endpoint is back,
+// the queue as it was.
+func (b *sqsBroker) Restart(t *testing.T) error {
+	b.ep.outage(t, time.Minute)
+	return nil
+}
+
+// clientAt is an SQS client of the stand-in's credentials and region at
+// endpoint.
+func clientAt(endpoint string) *awssqs.Client {
+	return awssqs.New(awssqs.Options{
+		Region:       motoserver.Region,
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider(motoserver.AccessKey, motoserver.SecretKey, ""),
+	})
 }
