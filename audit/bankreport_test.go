@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/settlement"
 )
 
@@ -157,7 +159,7 @@ func TestBankReportDuplicateAtBank(t *testing.T) {
 	b.confirmed(t, "ok", 100)
 	// The bank forgets keys after a minute; a second POST under the same key
 	// after that creates a second payment for the same settlement.
-	if err := b.bank.SetFaults(bankclient.Faults{KeyTTLMS: 60_000}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{KeyTTLMS: 60_000}); err != nil {
 		t.Fatal(err)
 	}
 	first := b.pay(t, "twice", 700)
@@ -210,7 +212,7 @@ func TestBankReportBankDown(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
 	b.confirmed(t, "ok", 100)
-	dead, err := bankclient.New("http://127.0.0.1:1", bankclient.Options{Timeout: time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
+	dead, err := settle.New("http://127.0.0.1:1", bankclient.Options{Timeout: time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,9 +91,9 @@ const (
 	OutcomeAmbiguous    = "ambiguous"    // anything else
 )
 
-// errCursorLoop is returned by Payments when the bank hands back the cursor it
+// ErrCursorLoop is returned by Payments when the bank hands back the cursor it
 // was given, which would loop for ever.
-var errCursorLoop = errors.New("statement cursor did not advance")
+var ErrCursorLoop = errors.New("statement cursor did not advance")
 
 // Payments iterates over the whole statement of b, page by page, limit
 // payments a page. Iteration stops at the first error, which is yielded with
@@ -122,7 +122,7 @@ func pages(read func(after string) (StatementPage, error)) iter.Seq2[Payment, er
 				return
 			}
 			if page.Next == after {
-				yield(Payment{}, fmt.Errorf("error reading statement after %q: %w", after, errCursorLoop))
+				yield(Payment{}, fmt.Errorf("error reading statement after %q: %w", after, ErrCursorLoop))
 				return
 			}
 			after = page.Next

@@ -267,34 +267,3 @@ func Lookup(name string) (Connector, error) {
 	}
 	return c, nil
 }
-
-// MaxProtocolAmount is the largest amount_cents settle's bank protocol
-// carries: 2^53-1, the largest integer a JSON number holds exactly in
-// every receiver (RFC 7493, I-JSON, section 2.2: JavaScript and many JSON
-// libraries read numbers as IEEE 754 doubles, so 2^53+1 arrives as 2^53).
-// An amount one receiver might read as another is not an amount to pay;
-// 90 trillion dollars in cents is more than any single payout.
-const MaxProtocolAmount = 1<<53 - 1
-
-// SettleConnector is the connector of settle's own protocol (DESIGN.md
-// section 7), the default: the kindest bank there is, which looks payments
-// up by our key, keeps keys for ever (or key_ttl_ms in the fakebank) and
-// takes any reference.
-var SettleConnector = Connector{
-	Name:    "settle",
-	Summary: "settle's own bank protocol (DESIGN.md section 7; settle fakebank serves it)",
-	Capabilities: Capabilities{
-		LookupByKey: true,
-		Search:      true,
-		Replay:      ReplayStored,
-		RefMaxLen:   256,
-		MaxAmount:   MaxProtocolAmount,
-	},
-	New:           func(baseURL string, opts Options) (Bank, error) { return New(baseURL, opts) },
-	VerifyWebhook: verifySettleWebhook,
-	// Any bank returns a payment within days; settle's status API reports
-	// it for a week.
-	DefaultReturnWatch: 7 * 24 * time.Hour,
-}
-
-func init() { Register(SettleConnector) }

@@ -1,19 +1,16 @@
 package bankclient
 
 import (
-	"context"
-	"errors"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 	"unicode/utf8"
 )
 
 func TestReference(t *testing.T) {
 	t.Parallel()
 	obie := Capabilities{RefMaxLen: 31, RefASCIIOnly: true, RefAllowed: "-._"}
+	// kind takes references as settle's own protocol does (bankclient/settle).
+	kind := Capabilities{LookupByKey: true, Search: true, Replay: ReplayStored, RefMaxLen: 256, MaxAmount: 1<<53 - 1}
 	long := strings.Repeat("ü", 64) // 128 bytes, non-ASCII
 	for _, tc := range []struct {
 		name string
@@ -21,13 +18,13 @@ func TestReference(t *testing.T) {
 		id   string
 		same bool
 	}{
-		{"fits anywhere", SettleConnector.Capabilities, "order-42", true},
+		{"fits anywhere", kind, "order-42", true},
 		{"fits the strict rules", obie, "order-42.a_b", true},
 		{"too long", obie, strings.Repeat("x", 32), false},
 		{"not ASCII", obie, "ordre-été", false},
 		{"a space", obie, "order 42", false},
 		{"long and non-ASCII", obie, long, false},
-		{"long at the kind bank", SettleConnector.Capabilities, strings.Repeat("y", 300), false},
+		{"long at the kind bank", kind, strings.Repeat("y", 300), false},
 	} {
 		ref := tc.caps.Reference(tc.id)
 		if (ref == tc.id) != tc.same {
@@ -48,94 +45,17 @@ func TestReference(t *testing.T) {
 	}
 }
 
-func TestLookup(t *testing.T) {
+func TestSanitize(t *testing.T) {
 	t.Parallel()
-	c, err := Lookup("settle")
-	if err != nil || c.Name != "settle" || !c.Capabilities.LookupByKey {
-		t.Fatalf("Lookup(settle) = %+v, %v", c, err)
+	tests := []struct{ in, want string }{
+		{"insufficient funds", "insufficient funds"},
+		{"a\x00b\nc\x1b[31m", "abc[31m"},
+		{"bad \xff utf8", "bad  utf8"},
+		{strings.Repeat("é", 200), strings.Repeat("é", 128) + "…"},
 	}
-	if _, err := Lookup("swift-gpi"); err == nil || !strings.Contains(err.Error(), "settle") {
-		t.Errorf("Lookup of an unknown connector: %v, want an error listing the known ones", err)
-	}
-	if err := c.Check("EUR", "anyone"); err != nil {
-		t.Errorf("settle refuses EUR: %v", err)
-	}
-	narrow := Connector{Name: "gbp-only", Capabilities: Capabilities{Currencies: []string{"GBP"}}}
-	if err := narrow.Check("EUR", "x"); err == nil || !strings.HasPrefix(err.Error(), "currency ") {
-		t.Errorf("a GBP-only bank takes EUR: %v", err)
-	}
-}
-
-// TestRateLimitWithRetryAfterDoesNotBurnAttempts: 429s that say how long to
-// wait are waited out as asked, within the budget, and do not use up the
-// attempts of the call.
-func TestRateLimitWithRetryAfterDoesNotBurnAttempts(t *testing.T) {
-	t.Parallel()
-	var n atomic.Int64
-	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
-		if n.Add(1) <= 5 {
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return
+	for _, tt := range tests {
+		if got := Sanitize(tt.in); got != tt.want {
+			t.Errorf("Sanitize(%q) = %q, want %q", tt.in, got, tt.want)
 		}
-		writeJSON(w, http.StatusCreated, paymentFor(r, StatusAccepted))
-	}, func(o *Options) { o.Retry.RateLimitWait = time.Minute })
-	start := time.Now()
-	if _, err := b.client.Send(context.Background(), KeyFor("rl"), testRequest()); err != nil {
-		t.Fatalf("Send after five 429s: %v", err)
-	}
-	if got := len(b.requests()); got != 6 {
-		t.Errorf("server saw %d requests, want 6 (five 429s, then the answer)", got)
-	}
-	if waited := time.Since(start); waited < 5*time.Second {
-		t.Errorf("waited %s, the bank asked for 5 s in all", waited)
-	}
-}
-
-// TestRateLimitBudgetEnds: past the budget the 429 comes back ambiguous
-// with the wait the bank asked for, for the engine to honour.
-func TestRateLimitBudgetEnds(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Retry-After", "30")
-		w.WriteHeader(http.StatusTooManyRequests)
-	})
-	_, err := b.client.StatusByKey(context.Background(), KeyFor("rl2"))
-	var ae *AmbiguousError
-	if !errors.As(err, &ae) || ae.StatusCode != http.StatusTooManyRequests || ae.RetryAfter != 30*time.Second {
-		t.Fatalf("err = %v, want an ambiguous 429 asking for 30 s", err)
-	}
-	if got := len(b.requests()); got != 1 {
-		t.Errorf("server saw %d requests, want 1", got)
-	}
-}
-
-// TestRatePerSecond: the client spaces its requests so that the bank sees
-// no more than the configured rate (measured by the server).
-func TestRatePerSecond(t *testing.T) {
-	t.Parallel()
-	const perSecond, n = 20.0, 30
-	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, paymentFor(r, StatusAccepted))
-	}, func(o *Options) { o.RatePerSecond = perSecond })
-	done := make(chan error, n)
-	for i := range n {
-		go func() {
-			_, err := b.client.StatusByKey(context.Background(), KeyFor("r"+string(rune('a'+i))))
-			done <- err
-		}()
-	}
-	for range n {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	reqs := b.requests()
-	if len(reqs) != n {
-		t.Fatalf("%d requests, want %d", len(reqs), n)
-	}
-	span := reqs[len(reqs)-1].At.Sub(reqs[0].At)
-	if rate := float64(n-1) / span.Seconds(); rate > perSecond*1.1 {
-		t.Errorf("the bank saw %.1f requests a second, the cap is %g", rate, perSecond)
 	}
 }

@@ -46,9 +46,6 @@ type AmbiguousError struct {
 	// Err is the cause: a transport error, a context error, a *StatusError or
 	// an error wrapping ErrMalformedResponse.
 	Err error
-
-	// retry tells the in-call retry loop whether another attempt may help.
-	retry bool
 }
 
 // Error implements error.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/ledger"
 	"github.com/settle/settle/settlement"
 )
@@ -16,7 +16,7 @@ import (
 // to its settlement.
 func TestAccountsPage(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", bankclient.Faults{}, nil)
+	b := setup(t, "", fakebank.Faults{}, nil)
 	if r := b.request(t, http.MethodGet, "/console/accounts", nil, nil); r.code != http.StatusOK || !strings.Contains(r.body, `id="empty"`) {
 		t.Fatalf("accounts before any = %d:\n%.3000s", r.code, r.body)
 	}

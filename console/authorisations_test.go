@@ -34,7 +34,7 @@ func TestBrowserAuthorisation(t *testing.T) {
 	db := dbtest.New(t)
 	// The bank's page waits for the account holder's click.
 	bank, bankURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Profile: "obie", ManualAuthorisation: true,
-		Faults: bankclient.Faults{SettleDelayMS: 200}})
+		Faults: fakebank.Faults{SettleDelayMS: 200}})
 	_, keyPath, _ := obietest.SigningKey(t)
 	env := []string{bankclient.EnvSigningKeyFile + "=" + keyPath, bankclient.EnvToken + "=tpp-token",
 		obie.EnvTokenKey + "=Y29uc29sZS1icm93c2VyLXRlc3QtdG9rZW4ta2V5ISE="}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/settle/settle/bankclient"
 	_ "github.com/settle/settle/bankclient/stripe" // routed to, not served
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/settlecmd/worker"
 	"github.com/settle/settle/internal/testsupport/settletest"
@@ -18,7 +18,7 @@ import (
 // says it waits for one.
 func TestConsoleShowsEachSettlementsBank(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", bankclient.Faults{}, func(c *worker.Config) {
+	b := setup(t, "", fakebank.Faults{}, func(c *worker.Config) {
 		c.Routes = intake.Routes{ByCurrency: map[string]string{"USD": "stripe"}}
 	})
 	b.submit(t, "mine", "acc-1", 100)

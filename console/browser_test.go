@@ -13,7 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/settlecmd/worker"
 	"github.com/settle/settle/internal/testsupport/browsertest"
 	"github.com/settle/settle/settlement"
@@ -175,7 +175,7 @@ func (br *browser) fits(what string) {
 // and checks that the story shows all of it.
 func TestBrowserStoryOfALostAnswer(t *testing.T) {
 	t.Parallel()
-	b := setup(t, secretToken, bankclient.Faults{DropResponseRate: 1}, nil)
+	b := setup(t, secretToken, fakebank.Faults{DropResponseRate: 1}, nil)
 	if code := b.submit(t, "payout-7781", "acc-acme-eur", 1_234_500); code != http.StatusCreated {
 		t.Fatalf("first delivery = %d", code)
 	}
@@ -241,7 +241,7 @@ func TestBrowserConsole(t *testing.T) {
 	// Lost answers, and no check of its own for an hour: what is uncertain
 	// stays so until an operator acts. The engine's key TTL is a
 	// millisecond, so a key the bank forgot cannot be resent.
-	b := setup(t, secretToken, bankclient.Faults{DropResponseRate: 1}, func(c *worker.Config) {
+	b := setup(t, secretToken, fakebank.Faults{DropResponseRate: 1}, func(c *worker.Config) {
 		c.CheckInterval, c.MaxCheckInterval, c.SweepInterval, c.Lease = time.Hour, time.Hour, time.Hour, 2*time.Hour
 		c.BankKeyTTL = time.Millisecond
 	})
@@ -255,7 +255,7 @@ func TestBrowserConsole(t *testing.T) {
 	for _, id := range uncertain {
 		b.waitState(t, id, settlement.Uncertain)
 	}
-	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 55 {
@@ -267,12 +267,12 @@ func TestBrowserConsole(t *testing.T) {
 		b.waitState(t, id, settlement.Confirmed)
 	}
 	// One the bank will have forgotten by the time anyone asks.
-	if err := b.bank.SetFaults(bankclient.Faults{DropResponseRate: 1, KeyTTLMS: 1}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{DropResponseRate: 1, KeyTTLMS: 1}); err != nil {
 		t.Fatal(err)
 	}
 	b.submit(t, "po-forgotten", "acc-north", 99_900)
 	b.waitState(t, "po-forgotten", settlement.Uncertain)
-	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	b.submit(t, "po-u01", "acc-south", 10_001) // a redelivery

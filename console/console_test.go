@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/console"
 	"github.com/settle/settle/events/eventstest"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/auth"
 	"github.com/settle/settle/internal/settlecmd/worker"
@@ -84,7 +84,7 @@ const secretToken = "tok-S3cret-never-shown"
 
 func TestConsoleRequiresTheTokenAndNeverShowsIt(t *testing.T) {
 	t.Parallel()
-	b := setup(t, secretToken, bankclient.Faults{}, nil)
+	b := setup(t, secretToken, fakebank.Faults{}, nil)
 	b.submit(t, "auth-1", "acc-a", 1000)
 	b.waitState(t, "auth-1", settlement.Confirmed)
 
@@ -133,7 +133,7 @@ func TestConsoleRequiresTheTokenAndNeverShowsIt(t *testing.T) {
 
 func TestOpenConsoleSaysSoOnEveryPage(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", bankclient.Faults{}, nil)
+	b := setup(t, "", fakebank.Faults{}, nil)
 	b.submit(t, "open-1", "acc-a", 1000)
 	for _, p := range []string{"/console/", "/console/settlements", "/console/settlement?id=open-1", "/console/conflicts",
 		"/console/settlement?id=nope", "/console/settlements?older=soon", "/console/nothing"} {
@@ -159,7 +159,7 @@ func TestOpenConsoleSaysSoOnEveryPage(t *testing.T) {
 
 func TestActionsComeOnlyFromTheConsole(t *testing.T) {
 	t.Parallel()
-	b := setup(t, secretToken, bankclient.Faults{}, nil)
+	b := setup(t, secretToken, fakebank.Faults{}, nil)
 	b.submit(t, "act-1", "acc-a", 1000)
 	alice := basic("alice", secretToken)
 	aliceToken := formToken(t, b.request(t, http.MethodGet, "/console/settlement?id=act-1", alice, nil).body)
@@ -229,7 +229,7 @@ func TestResolveNowIsTheResolversResolve(t *testing.T) {
 	t.Parallel()
 	// Every answer to a payment is lost, and nothing checks on its own for
 	// an hour: the settlement stays uncertain until the operator acts.
-	b := setup(t, secretToken, bankclient.Faults{DropResponseRate: 1}, func(c *worker.Config) {
+	b := setup(t, secretToken, fakebank.Faults{DropResponseRate: 1}, func(c *worker.Config) {
 		c.CheckInterval, c.MaxCheckInterval, c.SweepInterval, c.Lease = time.Hour, time.Hour, time.Hour, 2*time.Hour
 	})
 	b.submit(t, "res-1", "acc-a", 4200)
@@ -265,7 +265,7 @@ func TestResolveNowIsTheResolversResolve(t *testing.T) {
 
 func TestPagesAnswerBadInputPolitely(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", bankclient.Faults{}, nil)
+	b := setup(t, "", fakebank.Faults{}, nil)
 	for _, c := range []struct {
 		path, want string
 		code       int
@@ -287,7 +287,7 @@ func TestPagesAnswerBadInputPolitely(t *testing.T) {
 
 func TestStatementsPanelAndUnmatchedLines(t *testing.T) {
 	t.Parallel()
-	b := setup(t, "", bankclient.Faults{}, nil)
+	b := setup(t, "", fakebank.Faults{}, nil)
 	if r := b.request(t, http.MethodGet, "/console/", nil, nil); !strings.Contains(r.body, "No statement imported yet") {
 		t.Errorf("overview before any import:\n%.3000s", r.body)
 	}
@@ -332,7 +332,7 @@ func TestStoryShowsEventsAndAttempts(t *testing.T) {
 		}
 		return eventstest.OK
 	}, secret)
-	b := setup(t, "", bankclient.Faults{SettleDelayMS: 10}, func(c *worker.Config) {
+	b := setup(t, "", fakebank.Faults{SettleDelayMS: 10}, func(c *worker.Config) {
 		c.EventsURLs, c.EventsSecret, c.EventsRetryMin = []string{rcv.URL()}, secret, 10*time.Millisecond
 	})
 	b.submit(t, "ev-story", "acc-a", 990)
@@ -361,7 +361,7 @@ func TestStoryShowsEventsAndAttempts(t *testing.T) {
 // token and refuses the first console's.
 func TestFormKeyIsNotTheToken(t *testing.T) {
 	t.Parallel()
-	b := setup(t, secretToken, bankclient.Faults{}, nil)
+	b := setup(t, secretToken, fakebank.Faults{}, nil)
 	b.submit(t, "key-1", "acc-a", 1000)
 	alice := basic("alice", secretToken)
 	first := formToken(t, b.request(t, http.MethodGet, "/console/settlement?id=key-1", alice, nil).body)
@@ -400,7 +400,7 @@ func TestOperatorsHaveTheirOwnCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, secretToken, bankclient.Faults{}, func(c *worker.Config) { c.Operators = ops })
+	b := setup(t, secretToken, fakebank.Faults{}, func(c *worker.Config) { c.Operators = ops })
 	b.submit(t, "op-1", "acc-a", 1000)
 	for _, creds := range []map[string]string{
 		basic("alice", secretToken), basic("alice", bobTok), basic("mallory", aliceTok), basic("", aliceTok),
@@ -432,7 +432,7 @@ func TestOperatorsHaveTheirOwnCredentials(t *testing.T) {
 	}
 
 	// Without --operators-file: the name is the one given, self-asserted.
-	s := setup(t, secretToken, bankclient.Faults{}, nil)
+	s := setup(t, secretToken, fakebank.Faults{}, nil)
 	s.submit(t, "op-2", "acc-a", 1000)
 	eve := basic("eve-claims-to-be-alice", secretToken)
 	page := s.request(t, http.MethodGet, "/console/settlement?id=op-2", eve, nil).body
@@ -458,7 +458,7 @@ func TestOperatorsHaveTheirOwnCredentials(t *testing.T) {
 // are.
 func TestStoryCapsConflicts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, secretToken, bankclient.Faults{}, nil)
+	b := setup(t, secretToken, fakebank.Faults{}, nil)
 	b.submit(t, "cf-1", "acc-a", 1000)
 	for i := 1; i <= 25; i++ {
 		if code := b.submit(t, "cf-1", "acc-a", int64(1000+i)); code != http.StatusConflict {

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/inspect"
@@ -46,7 +45,7 @@ type testBundle struct {
 
 // setup boots the worker with token as its API token ("" for an open
 // console), the bank's initial faults, and tune applied to its config.
-func setup(t *testing.T, token string, faults bankclient.Faults, tune func(*worker.Config)) *testBundle {
+func setup(t *testing.T, token string, faults fakebank.Faults, tune func(*worker.Config)) *testBundle {
 	t.Helper()
 	b := &testBundle{db: dbtest.New(t), token: token, logs: &settletest.Buffer{}}
 	var bankURL string

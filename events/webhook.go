@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 )
 
 // DefaultWebhookTimeout bounds one webhook attempt, answer included.
@@ -55,7 +55,7 @@ func ParseWebhookURL(raw string) (*url.URL, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("invalid --events-url %q: want https://host[:port]/path", redact(raw))
 	}
-	if u.Scheme == "http" && !bankclient.IsLoopback(u.Hostname()) {
+	if u.Scheme == "http" && !bankhttp.IsLoopback(u.Hostname()) {
 		return nil, fmt.Errorf("invalid --events-url %q: %w (use https)", redact(raw), ErrPlainHTTP)
 	}
 	return u, nil

@@ -42,8 +42,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-
-	"github.com/settle/settle/bankclient"
 )
 
 // Options configures a Bank. The zero value is a usable in-memory bank with no
@@ -58,7 +56,7 @@ type Options struct {
 	// Default time.Now.
 	Now func() time.Time
 	// Faults is the initial fault profile. It must be valid (see SetFaults).
-	Faults bankclient.Faults
+	Faults Faults
 	// Logger receives one structured event per decision. Default: discard.
 	Logger *slog.Logger
 	// Profile is the API the bank serves its books through (one of
@@ -129,7 +127,7 @@ type Bank struct {
 	rng   *rand.Rand
 
 	mu     sync.Mutex // guards everything below
-	faults bankclient.Faults
+	faults Faults
 	// limiter enforces faults.RateLimitPerS; nil without it.
 	limiter *rate.Limiter
 	// requests and rateLimitedRequests count the API requests received
@@ -213,7 +211,7 @@ func New(opts Options) (*Bank, error) {
 }
 
 // Faults returns the current fault profile.
-func (b *Bank) Faults() bankclient.Faults {
+func (b *Bank) Faults() Faults {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.faults
@@ -222,7 +220,7 @@ func (b *Bank) Faults() bankclient.Faults {
 // SetFaults replaces the whole fault profile, as PUT /admin/faults does.
 // Rates must lie in [0, 1]; durations must be non-negative and at most a
 // year; LatencyMinMS must not exceed LatencyMaxMS.
-func (b *Bank) SetFaults(f bankclient.Faults) error {
+func (b *Bank) SetFaults(f Faults) error {
 	if err := validateFaults(f); err != nil {
 		return err
 	}
@@ -235,7 +233,7 @@ func (b *Bank) SetFaults(f bankclient.Faults) error {
 }
 
 // Stats returns the counters of GET /admin/stats.
-func (b *Bank) Stats() bankclient.Stats {
+func (b *Bank) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.books.stats()
@@ -438,7 +436,7 @@ func (b *Bank) latency(minMS, maxMS int64) time.Duration {
 const maxDurationMS = 365 * 24 * 60 * 60 * 1000
 
 // validateFaults checks a fault profile.
-func validateFaults(f bankclient.Faults) error {
+func validateFaults(f Faults) error {
 	rates := []struct {
 		name string
 		v    float64
@@ -488,7 +486,7 @@ func validateFaults(f bankclient.Faults) error {
 
 // newLimiter is the token bucket of f's rate_limit_per_s (a second's worth
 // of burst), nil without one.
-func newLimiter(f bankclient.Faults) *rate.Limiter {
+func newLimiter(f Faults) *rate.Limiter {
 	if f.RateLimitPerS <= 0 {
 		return nil
 	}

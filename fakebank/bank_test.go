@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/testsupport/settletest"
 )
@@ -39,11 +40,11 @@ func TestReplayVersusKeyReuse(t *testing.T) {
 	other := req
 	other.CreditorAccount = "someone-else"
 	reuse := tb.post(t, "k1", other)
-	if reuse.status != http.StatusUnprocessableEntity || reuse.errorCode(t) != bankclient.ErrorCodeKeyReuse {
-		t.Fatalf("key reuse: want 422 %s, got %d %s", bankclient.ErrorCodeKeyReuse, reuse.status, reuse.body)
+	if reuse.status != http.StatusUnprocessableEntity || reuse.errorCode(t) != settle.ErrorCodeKeyReuse {
+		t.Fatalf("key reuse: want 422 %s, got %d %s", settle.ErrorCodeKeyReuse, reuse.status, reuse.body)
 	}
 
-	want := bankclient.Stats{Payments: 1, Replays: 1, KeyReuseConflicts: 1, MaxExecutionsPerKey: 1, MaxPaymentsPerReference: 1}
+	want := fakebank.Stats{Payments: 1, Replays: 1, KeyReuseConflicts: 1, MaxExecutionsPerKey: 1, MaxPaymentsPerReference: 1}
 	if got := tb.bank.Stats(); got != want {
 		t.Fatalf("stats: want %+v, got %+v", want, got)
 	}
@@ -51,7 +52,7 @@ func TestReplayVersusKeyReuse(t *testing.T) {
 
 func TestPaymentProgressFollowsTheBankClock(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, fakebank.Options{Faults: bankclient.Faults{SettleDelayMS: 10_000}})
+	tb := setup(t, fakebank.Options{Faults: fakebank.Faults{SettleDelayMS: 10_000}})
 	p := tb.post(t, "k", paymentReq("r")).payment(t)
 	if p.Status != bankclient.StatusAccepted || !p.CreatedAt.Equal(t0) {
 		t.Fatalf("at creation: want accepted at %v, got %s at %v", t0, p.Status, p.CreatedAt)
@@ -76,7 +77,7 @@ func TestPaymentProgressFollowsTheBankClock(t *testing.T) {
 		}
 	}
 	// A settle delay changed later does not move a payment already made.
-	tb.setFaults(t, bankclient.Faults{SettleDelayMS: 100_000_000})
+	tb.setFaults(t, fakebank.Faults{SettleDelayMS: 100_000_000})
 	if got := tb.mustByKey(t, "k"); got.Status != bankclient.StatusSettled {
 		t.Fatalf("after a profile change: want settled, got %s", got.Status)
 	}
@@ -86,10 +87,10 @@ func TestFaultsAtRateOne(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
-		faults bankclient.Faults
+		faults fakebank.Faults
 		check  func(t *testing.T, tb *testBundle)
 	}{
-		{"fail_before_rate answers 503 and records nothing", bankclient.Faults{FailBeforeRate: 1}, func(t *testing.T, tb *testBundle) {
+		{"fail_before_rate answers 503 and records nothing", fakebank.Faults{FailBeforeRate: 1}, func(t *testing.T, tb *testBundle) {
 			for i := range 5 {
 				a := tb.post(t, fmt.Sprint("k", i), paymentReq(fmt.Sprint("r", i)))
 				if a.status != http.StatusServiceUnavailable {
@@ -100,7 +101,7 @@ func TestFaultsAtRateOne(t *testing.T) {
 				t.Fatalf("want no payment, got %+v", s)
 			}
 		}},
-		{"drop_response_rate processes the payment and loses the answer both ways", bankclient.Faults{DropResponseRate: 1}, func(t *testing.T, tb *testBundle) {
+		{"drop_response_rate processes the payment and loses the answer both ways", fakebank.Faults{DropResponseRate: 1}, func(t *testing.T, tb *testBundle) {
 			dropped, timeouts := 0, 0
 			for i := range 20 {
 				a := tb.post(t, fmt.Sprint("k", i), paymentReq(fmt.Sprint("r", i)))
@@ -119,12 +120,12 @@ func TestFaultsAtRateOne(t *testing.T) {
 			if s := tb.bank.Stats(); s.Payments != 20 {
 				t.Fatalf("want 20 payments processed, got %+v", s)
 			}
-			tb.setFaults(t, bankclient.Faults{})
+			tb.setFaults(t, fakebank.Faults{})
 			if a := tb.post(t, "k0", paymentReq("r0")); a.status != http.StatusOK || !a.replayed {
 				t.Fatalf("retry after a dropped answer: want 200 replayed, got %d %s", a.status, a.body)
 			}
 		}},
-		{"status_error_rate answers 503 to status calls only", bankclient.Faults{StatusErrorRate: 1}, func(t *testing.T, tb *testBundle) {
+		{"status_error_rate answers 503 to status calls only", fakebank.Faults{StatusErrorRate: 1}, func(t *testing.T, tb *testBundle) {
 			if a := tb.post(t, "k", paymentReq("r")); a.status != http.StatusCreated {
 				t.Fatalf("POST: want 201, got %d %s", a.status, a.body)
 			}
@@ -135,21 +136,21 @@ func TestFaultsAtRateOne(t *testing.T) {
 				t.Fatalf("statement: want 1 payment, got %d", len(got))
 			}
 		}},
-		{"reject_rate rejects definitively and pins it to the key", bankclient.Faults{RejectRate: 1}, func(t *testing.T, tb *testBundle) {
+		{"reject_rate rejects definitively and pins it to the key", fakebank.Faults{RejectRate: 1}, func(t *testing.T, tb *testBundle) {
 			a := tb.post(t, "k", paymentReq("r"))
-			if a.status != http.StatusUnprocessableEntity || a.errorCode(t) != bankclient.ErrorCodeRejected {
+			if a.status != http.StatusUnprocessableEntity || a.errorCode(t) != settle.ErrorCodeRejected {
 				t.Fatalf("want 422 rejected, got %d %s", a.status, a.body)
 			}
-			tb.setFaults(t, bankclient.Faults{})
+			tb.setFaults(t, fakebank.Faults{})
 			a = tb.post(t, "k", paymentReq("r"))
-			if a.status != http.StatusUnprocessableEntity || a.errorCode(t) != bankclient.ErrorCodeRejected || !a.replayed {
+			if a.status != http.StatusUnprocessableEntity || a.errorCode(t) != settle.ErrorCodeRejected || !a.replayed {
 				t.Fatalf("retry: want the pinned 422 rejected, got %d %s", a.status, a.body)
 			}
 			if s := tb.bank.Stats(); s.Payments != 0 {
 				t.Fatalf("want no payment, got %+v", s)
 			}
 		}},
-		{"settlement_failure_rate ends every payment failed", bankclient.Faults{SettlementFailureRate: 1, SettleDelayMS: 1000}, func(t *testing.T, tb *testBundle) {
+		{"settlement_failure_rate ends every payment failed", fakebank.Faults{SettlementFailureRate: 1, SettleDelayMS: 1000}, func(t *testing.T, tb *testBundle) {
 			if a := tb.post(t, "k", paymentReq("r")); a.status != http.StatusCreated || a.payment(t).Status != bankclient.StatusAccepted {
 				t.Fatalf("want 201 accepted, got %d %s", a.status, a.body)
 			}
@@ -158,7 +159,7 @@ func TestFaultsAtRateOne(t *testing.T) {
 				t.Fatalf("want failed with a reason, got %s %q", p.Status, p.FailureReason)
 			}
 		}},
-		{"latency holds answers back until the caller gives up", bankclient.Faults{LatencyMinMS: 3_600_000, LatencyMaxMS: 3_600_000}, func(t *testing.T, tb *testBundle) {
+		{"latency holds answers back until the caller gives up", fakebank.Faults{LatencyMinMS: 3_600_000, LatencyMaxMS: 3_600_000}, func(t *testing.T, tb *testBundle) {
 			// Cancel once the request is on the wire, so that it is the
 			// server's sleeping handler that must notice.
 			ctx, cancel := context.WithCancel(context.Background())
@@ -201,7 +202,7 @@ func TestFaultsAtRateOne(t *testing.T) {
 // profile where every fault is a coin toss, and records what came back.
 func decisions(t *testing.T, seed int64) []string {
 	t.Helper()
-	tb := setup(t, fakebank.Options{Seed: seed, Faults: bankclient.Faults{
+	tb := setup(t, fakebank.Options{Seed: seed, Faults: fakebank.Faults{
 		FailBeforeRate: 0.3, DropResponseRate: 0.3, StatusErrorRate: 0.5,
 		RejectRate: 0.3, SettlementFailureRate: 0.5, LatencyMinMS: 0, LatencyMaxMS: 2,
 	}})
@@ -213,7 +214,7 @@ func decisions(t *testing.T, seed int64) []string {
 		s := tb.byKey(t, key)
 		out = append(out, fmt.Sprintf("status %s: %d", key, s.status))
 	}
-	tb.setFaults(t, bankclient.Faults{})
+	tb.setFaults(t, fakebank.Faults{})
 	for _, p := range tb.statement(t) {
 		out = append(out, fmt.Sprintf("statement %s %s %s", p.ID, p.IdempotencyKey, p.Status))
 	}
@@ -233,7 +234,7 @@ func TestSeedReproducesDecisions(t *testing.T) {
 
 func TestKeyTTLLetsAForgottenKeyPayTwice(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, fakebank.Options{Faults: bankclient.Faults{KeyTTLMS: int64(time.Hour / time.Millisecond)}})
+	tb := setup(t, fakebank.Options{Faults: fakebank.Faults{KeyTTLMS: int64(time.Hour / time.Millisecond)}})
 	req := paymentReq("settlement-7")
 	first := tb.post(t, "k", req).payment(t)
 
@@ -266,7 +267,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "books.json")
 	clock := settletest.NewManualClock(t0)
-	opts := fakebank.Options{StatePath: path, Now: clock.Now, Faults: bankclient.Faults{SettleDelayMS: 60_000}}
+	opts := fakebank.Options{StatePath: path, Now: clock.Now, Faults: fakebank.Faults{SettleDelayMS: 60_000}}
 
 	tb := setup(t, opts)
 	for i := range 5 {
@@ -337,7 +338,7 @@ func TestStateFileProblems(t *testing.T) {
 func TestConcurrentClients(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "books.json")
-	tb := setup(t, fakebank.Options{StatePath: path, Seed: 3, Faults: bankclient.Faults{RejectRate: 0.1}})
+	tb := setup(t, fakebank.Options{StatePath: path, Seed: 3, Faults: fakebank.Faults{RejectRate: 0.1}})
 	const workers, perWorker = 8, 25
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -380,14 +381,14 @@ func TestConcurrentClients(t *testing.T) {
 
 func TestNewValidatesFaults(t *testing.T) {
 	t.Parallel()
-	if _, err := fakebank.New(fakebank.Options{Faults: bankclient.Faults{RejectRate: 2}}); err == nil {
+	if _, err := fakebank.New(fakebank.Options{Faults: fakebank.Faults{RejectRate: 2}}); err == nil {
 		t.Fatal("want an error for reject_rate 2")
 	}
 	b, err := fakebank.New(fakebank.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.SetFaults(bankclient.Faults{LatencyMinMS: 5, LatencyMaxMS: 1}); err == nil {
+	if err := b.SetFaults(fakebank.Faults{LatencyMinMS: 5, LatencyMaxMS: 1}); err == nil {
 		t.Fatal("want an error for latency min > max")
 	}
 	if err := b.Close(); err != nil {

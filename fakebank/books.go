@@ -135,8 +135,8 @@ func newBooks() *books {
 }
 
 // stats returns the counters of /admin/stats.
-func (bk *books) stats() bankclient.Stats {
-	return bankclient.Stats{
+func (bk *books) stats() Stats {
+	return Stats{
 		Payments:                int64(len(bk.payments)),
 		Replays:                 bk.replays,
 		KeyReuseConflicts:       bk.keyReuseConflicts,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 )
 
 // MaxBodyBytes is the largest request body the bank reads; a larger one is
@@ -92,10 +93,10 @@ func (b *Bank) handleCreatePayment(w http.ResponseWriter, r *http.Request) {
 	case outcomeReplayed:
 		writeJSON(w, http.StatusOK, out.payment)
 	case outcomeRejected:
-		writeJSON(w, http.StatusUnprocessableEntity, bankclient.ErrorBody{Error: bankclient.ErrorCodeRejected, Reason: out.reason})
+		writeJSON(w, http.StatusUnprocessableEntity, settle.ErrorBody{Error: settle.ErrorCodeRejected, Reason: out.reason})
 	case outcomeKeyReuse:
-		writeJSON(w, http.StatusUnprocessableEntity, bankclient.ErrorBody{
-			Error:  bankclient.ErrorCodeKeyReuse,
+		writeJSON(w, http.StatusUnprocessableEntity, settle.ErrorBody{
+			Error:  settle.ErrorCodeKeyReuse,
 			Reason: "this Idempotency-Key was used with another request body",
 		})
 	}
@@ -200,7 +201,7 @@ func (b *Bank) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (b *Bank) handlePutFaults(w http.ResponseWriter, r *http.Request) {
-	var f bankclient.Faults
+	var f Faults
 	if status, err := decodeJSON(w, r, &f); err != nil {
 		writeError(w, status, errorCodeBadRequest, err.Error())
 		return
@@ -215,7 +216,7 @@ func (b *Bank) handlePutFaults(w http.ResponseWriter, r *http.Request) {
 func (b *Bank) handleStats(w http.ResponseWriter, _ *http.Request) {
 	if b.profile == "obie" {
 		writeJSON(w, http.StatusOK, struct {
-			bankclient.Stats
+			Stats
 			Traffic
 			ConsentStats
 		}{b.Stats(), b.Traffic(), b.ConsentStats()})
@@ -226,7 +227,7 @@ func (b *Bank) handleStats(w http.ResponseWriter, _ *http.Request) {
 		hooks = &ws
 	}
 	writeJSON(w, http.StatusOK, struct {
-		bankclient.Stats
+		Stats
 		Traffic
 		Webhooks *WebhookStats `json:"webhooks,omitempty"`
 	}{b.Stats(), b.Traffic(), hooks})
@@ -283,5 +284,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, reason string) {
-	writeJSON(w, status, bankclient.ErrorBody{Error: code, Reason: reason})
+	writeJSON(w, status, settle.ErrorBody{Error: code, Reason: reason})
 }

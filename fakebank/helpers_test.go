@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/testsupport/bintest"
@@ -68,7 +69,7 @@ func (a answer) payment(t *testing.T) bankclient.Payment {
 
 func (a answer) errorCode(t *testing.T) string {
 	t.Helper()
-	var e bankclient.ErrorBody
+	var e settle.ErrorBody
 	if err := json.Unmarshal(a.body, &e); err != nil {
 		t.Fatalf("error decoding error body %q: %v", a.body, err)
 	}
@@ -139,7 +140,7 @@ func (tb *testBundle) statement(t *testing.T) []bankclient.Payment {
 	return pg.Payments
 }
 
-func (tb *testBundle) setFaults(t *testing.T, f bankclient.Faults) {
+func (tb *testBundle) setFaults(t *testing.T, f fakebank.Faults) {
 	t.Helper()
 	if err := tb.bank.SetFaults(f); err != nil {
 		t.Fatal(err)

@@ -11,19 +11,19 @@ func TestValidateFaults(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		f    bankclient.Faults
+		f    Faults
 		ok   bool
 	}{
-		{"zero", bankclient.Faults{}, true},
-		{"all certain", bankclient.Faults{FailBeforeRate: 1, DropResponseRate: 1, StatusErrorRate: 1, RejectRate: 1, SettlementFailureRate: 1}, true},
-		{"fixed latency", bankclient.Faults{LatencyMinMS: 5, LatencyMaxMS: 5}, true},
-		{"rate above 1", bankclient.Faults{DropResponseRate: 1.01}, false},
-		{"negative rate", bankclient.Faults{SettlementFailureRate: -0.5}, false},
-		{"latency min above max", bankclient.Faults{LatencyMinMS: 6, LatencyMaxMS: 5}, false},
-		{"negative latency", bankclient.Faults{LatencyMinMS: -1, LatencyMaxMS: 5}, false},
-		{"negative settle delay", bankclient.Faults{SettleDelayMS: -1}, false},
-		{"negative key ttl", bankclient.Faults{KeyTTLMS: -1}, false},
-		{"key ttl over a year", bankclient.Faults{KeyTTLMS: maxDurationMS + 1}, false},
+		{"zero", Faults{}, true},
+		{"all certain", Faults{FailBeforeRate: 1, DropResponseRate: 1, StatusErrorRate: 1, RejectRate: 1, SettlementFailureRate: 1}, true},
+		{"fixed latency", Faults{LatencyMinMS: 5, LatencyMaxMS: 5}, true},
+		{"rate above 1", Faults{DropResponseRate: 1.01}, false},
+		{"negative rate", Faults{SettlementFailureRate: -0.5}, false},
+		{"latency min above max", Faults{LatencyMinMS: 6, LatencyMaxMS: 5}, false},
+		{"negative latency", Faults{LatencyMinMS: -1, LatencyMaxMS: 5}, false},
+		{"negative settle delay", Faults{SettleDelayMS: -1}, false},
+		{"negative key ttl", Faults{KeyTTLMS: -1}, false},
+		{"key ttl over a year", Faults{KeyTTLMS: maxDurationMS + 1}, false},
 	}
 	for _, tt := range tests {
 		if err := validateFaults(tt.f); (err == nil) != tt.ok {

@@ -159,7 +159,7 @@ func (b *Bank) writeOBFieldError(w http.ResponseWriter, err error) {
 // obieCommon runs what every request goes through first: the latency
 // fault, the bearer token (401 without a body, as the profile says) and
 // Accept (406). It reports whether to go on.
-func (b *Bank) obieCommon(w http.ResponseWriter, r *http.Request, f bankclient.Faults) bool {
+func (b *Bank) obieCommon(w http.ResponseWriter, r *http.Request, f Faults) bool {
 	if !b.sleep(r.Context(), b.latency(f.LatencyMinMS, f.LatencyMaxMS)) {
 		b.writeOBError(w, http.StatusInternalServerError, OBError{ErrorCode: OBUnexpectedError, Message: "request cancelled"})
 		return false
@@ -307,7 +307,7 @@ func obTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // the fail_before_rate fault, then the body decoded into v under its
 // idempotency key (see obiePost). It returns the faults the rest of the
 // request runs under, and false when it has answered.
-func (b *Bank) obieCreate(w http.ResponseWriter, r *http.Request, v any) (f bankclient.Faults, key string, ok bool) {
+func (b *Bank) obieCreate(w http.ResponseWriter, r *http.Request, v any) (f Faults, key string, ok bool) {
 	f = b.Faults()
 	if !b.obieCommon(w, r, f) {
 		return f, "", false

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 )
 
@@ -17,7 +16,7 @@ import (
 // refused; the payment's status progresses.
 func TestOBIEConsentThenPayment(t *testing.T) {
 	t.Parallel()
-	ob := setupOB(t, fakebank.Options{Faults: bankclient.Faults{ConsentDelayMS: 1000, SettleDelayMS: 1000}})
+	ob := setupOB(t, fakebank.Options{Faults: fakebank.Faults{ConsentDelayMS: 1000, SettleDelayMS: 1000}})
 
 	c := ob.postConsent(t, "consent-key-1", consentBody("ref-1", "165.88"))
 	if c.status != http.StatusCreated || c.get(t, "Data", "Status") != "AwaitingAuthorisation" {
@@ -109,7 +108,7 @@ func TestOBIEConsentThenPayment(t *testing.T) {
 		}
 	}
 
-	want := bankclient.Stats{Payments: 1, Replays: 4, KeyReuseConflicts: 1, MaxExecutionsPerKey: 1, MaxPaymentsPerReference: 1}
+	want := fakebank.Stats{Payments: 1, Replays: 4, KeyReuseConflicts: 1, MaxExecutionsPerKey: 1, MaxPaymentsPerReference: 1}
 	if st := ob.bank.Stats(); st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
@@ -124,7 +123,7 @@ func TestOBIEConsentThenPayment(t *testing.T) {
 // payment is made under any of them.
 func TestOBIEConsentRejectedOrAwaitingForEver(t *testing.T) {
 	t.Parallel()
-	ob := setupOB(t, fakebank.Options{Faults: bankclient.Faults{ConsentDelayMS: 10, ConsentRejectRate: 1}})
+	ob := setupOB(t, fakebank.Options{Faults: fakebank.Faults{ConsentDelayMS: 10, ConsentRejectRate: 1}})
 	rejected := ob.mustConsent(t, "rej-1", "10.00")
 	ob.clock.Advance(10 * time.Millisecond)
 	if g := ob.getConsent(t, rejected); g.get(t, "Data", "Status") != "Rejected" {
@@ -135,7 +134,7 @@ func TestOBIEConsentRejectedOrAwaitingForEver(t *testing.T) {
 	}
 
 	// A year: awaiting for as long as any test runs.
-	if err := ob.bank.SetFaults(bankclient.Faults{ConsentDelayMS: 365 * 24 * 3600 * 1000}); err != nil {
+	if err := ob.bank.SetFaults(fakebank.Faults{ConsentDelayMS: 365 * 24 * 3600 * 1000}); err != nil {
 		t.Fatal(err)
 	}
 	forever := ob.mustConsent(t, "wait-1", "10.00")

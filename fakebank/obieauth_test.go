@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 )
 
@@ -88,7 +87,7 @@ func (ob *obBundle) payWith(t *testing.T, key, tok, cid, ref string) obAnswer {
 // POST's refusal of every token but the code flow's for its own consent.
 func TestOBIEAuthorisationCodeFlow(t *testing.T) {
 	t.Parallel()
-	ob := setupOB(t, fakebank.Options{Faults: bankclient.Faults{ConsentDelayMS: 1000}, TokenTTL: time.Minute})
+	ob := setupOB(t, fakebank.Options{Faults: fakebank.Faults{ConsentDelayMS: 1000}, TokenTTL: time.Minute})
 	cid := ob.mustConsent(t, "ref-a", "10.00")
 	other := ob.mustConsent(t, "ref-b", "10.00")
 

@@ -143,7 +143,7 @@ func TestOBIEFaults(t *testing.T) {
 	t.Parallel()
 	ob := setupOB(t, fakebank.Options{})
 	c := ob.invalidClient(t)
-	set := func(f bankclient.Faults) {
+	set := func(f fakebank.Faults) {
 		t.Helper()
 		if err := ob.bank.SetFaults(f); err != nil {
 			t.Fatal(err)
@@ -151,13 +151,13 @@ func TestOBIEFaults(t *testing.T) {
 	}
 
 	// fail_before_rate: 500 before anything is done.
-	set(bankclient.Faults{FailBeforeRate: 1})
+	set(fakebank.Faults{FailBeforeRate: 1})
 	if a := ob.postConsent(t, "f-1", consentBody("f-1", "1.00")); a.status != http.StatusInternalServerError || a.errorCode(t) != fakebank.OBUnexpectedError {
 		t.Fatalf("fail_before_rate: %d %s", a.status, a.body)
 	}
-	set(bankclient.Faults{})
+	set(fakebank.Faults{})
 	cid := ob.mustConsent(t, "f-1", "1.00")
-	set(bankclient.Faults{FailBeforeRate: 1})
+	set(fakebank.Faults{FailBeforeRate: 1})
 	if a := ob.postPayment(t, "p-f-1", paymentBody(cid, "f-1", "1.00")); a.status != http.StatusInternalServerError {
 		t.Fatalf("fail_before_rate on a payment: %d %s", a.status, a.body)
 	}
@@ -166,11 +166,11 @@ func TestOBIEFaults(t *testing.T) {
 	}
 
 	// drop_response_rate: made, answer lost; the replay finds it.
-	set(bankclient.Faults{DropResponseRate: 1})
+	set(fakebank.Faults{DropResponseRate: 1})
 	if a := ob.postPayment(t, "p-f-1", paymentBody(cid, "f-1", "1.00")); !a.dropped && a.status != http.StatusInternalServerError {
 		t.Fatalf("drop_response_rate: %d %s", a.status, a.body)
 	}
-	set(bankclient.Faults{})
+	set(fakebank.Faults{})
 	a := ob.postPayment(t, "p-f-1", paymentBody(cid, "f-1", "1.00"))
 	if a.status != http.StatusCreated || a.get(t, "Data", "Status") != "AcceptedCreditSettlementCompleted" {
 		t.Fatalf("replay after a lost answer: %d %s", a.status, a.body)
@@ -178,7 +178,7 @@ func TestOBIEFaults(t *testing.T) {
 	pid := a.get(t, "Data", "DomesticPaymentId")
 
 	// status_error_rate: the GETs fail.
-	set(bankclient.Faults{StatusErrorRate: 1})
+	set(fakebank.Faults{StatusErrorRate: 1})
 	if a := ob.getPayment(t, pid); a.status != http.StatusInternalServerError {
 		t.Fatalf("status_error_rate: %d %s", a.status, a.body)
 	}
@@ -188,12 +188,12 @@ func TestOBIEFaults(t *testing.T) {
 
 	// reject_rate: Rejected at once; settlement_failure_rate: Rejected
 	// once the settle delay has passed.
-	set(bankclient.Faults{RejectRate: 1})
+	set(fakebank.Faults{RejectRate: 1})
 	rid := ob.mustConsent(t, "f-2", "2.00")
 	if a := ob.postPayment(t, "p-f-2", paymentBody(rid, "f-2", "2.00")); a.status != http.StatusCreated || a.get(t, "Data", "Status") != "Rejected" {
 		t.Fatalf("reject_rate: %d %s", a.status, a.body)
 	}
-	set(bankclient.Faults{SettlementFailureRate: 1, SettleDelayMS: 100})
+	set(fakebank.Faults{SettlementFailureRate: 1, SettleDelayMS: 100})
 	sid := ob.mustConsent(t, "f-3", "3.00")
 	a = ob.postPayment(t, "p-f-3", paymentBody(sid, "f-3", "3.00"))
 	if a.status != http.StatusCreated || a.get(t, "Data", "Status") != "Pending" {
@@ -205,7 +205,7 @@ func TestOBIEFaults(t *testing.T) {
 	}
 
 	// rate_limit_per_s: 429 with Retry-After past the fair usage.
-	set(bankclient.Faults{RateLimitPerS: 0.001})
+	set(fakebank.Faults{RateLimitPerS: 0.001})
 	var limited obAnswer
 	for range 3 {
 		if limited = ob.do(t, c, request{method: http.MethodGet, path: "/domestic-payments/" + pid}); limited.status == http.StatusTooManyRequests {
@@ -217,7 +217,7 @@ func TestOBIEFaults(t *testing.T) {
 	}
 
 	// latency: every answer waits.
-	set(bankclient.Faults{LatencyMinMS: 30, LatencyMaxMS: 30})
+	set(fakebank.Faults{LatencyMinMS: 30, LatencyMaxMS: 30})
 	start := time.Now()
 	ob.getPayment(t, pid)
 	if d := time.Since(start); d < 30*time.Millisecond {
@@ -227,7 +227,7 @@ func TestOBIEFaults(t *testing.T) {
 	// key_ttl_ms: past it the bank forgets the payment key, but the
 	// consent is consumed: the same request pays nothing twice. A
 	// consent key forgotten makes a new consent.
-	set(bankclient.Faults{KeyTTLMS: 1000})
+	set(fakebank.Faults{KeyTTLMS: 1000})
 	kid := ob.mustConsent(t, "f-4", "4.00")
 	if a := ob.postPayment(t, "p-f-4", paymentBody(kid, "f-4", "4.00")); a.status != http.StatusCreated {
 		t.Fatalf("payment: %d %s", a.status, a.body)
@@ -241,7 +241,7 @@ func TestOBIEFaults(t *testing.T) {
 	}
 
 	// Without key_ttl_ms the window is the profile's 24 hours.
-	set(bankclient.Faults{})
+	set(fakebank.Faults{})
 	wid := ob.mustConsent(t, "f-5", "5.00")
 	ob.clock.Advance(24*time.Hour - time.Millisecond)
 	if again := ob.mustConsent(t, "f-5", "5.00"); again != wid {
@@ -252,7 +252,7 @@ func TestOBIEFaults(t *testing.T) {
 		t.Errorf("after 24 h the consent key still replays %s", wid)
 	}
 
-	want := bankclient.Stats{Payments: 4, Replays: 1, MaxExecutionsPerKey: 1, MaxPaymentsPerReference: 1}
+	want := fakebank.Stats{Payments: 4, Replays: 1, MaxExecutionsPerKey: 1, MaxPaymentsPerReference: 1}
 	if st := ob.bank.Stats(); st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
@@ -269,11 +269,11 @@ func TestOBIEFaults(t *testing.T) {
 // the EndToEndIdentification sent.
 func TestOBIEReturnsOnlyOnStatements(t *testing.T) {
 	t.Parallel()
-	ob := setupOB(t, fakebank.Options{Faults: bankclient.Faults{ReturnRate: 1, ReturnAfterMS: 1000}})
+	ob := setupOB(t, fakebank.Options{Faults: fakebank.Faults{ReturnRate: 1, ReturnAfterMS: 1000}})
 	cid := ob.mustConsent(t, "E2E-RET-1", "12.34")
 	a := ob.postPayment(t, "p-ret-1", paymentBody(cid, "E2E-RET-1", "12.34"))
 	pid := a.get(t, "Data", "DomesticPaymentId")
-	if err := ob.bank.SetFaults(bankclient.Faults{}); err != nil {
+	if err := ob.bank.SetFaults(fakebank.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	cid2 := ob.mustConsent(t, "E2E-RET-2", "1.00")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/statement"
 )
@@ -44,7 +45,7 @@ var (
 // when failing is true.
 func (bk *books) pay(t *testing.T, account, currency, ref string, amount int64, failing bool) bookedPayment {
 	t.Helper()
-	f := bankclient.Faults{}
+	f := fakebank.Faults{}
 	if failing {
 		f.SettlementFailureRate = 1
 	}
@@ -328,7 +329,7 @@ func TestStatementsHTTP(t *testing.T) {
 func TestReturnAdmin(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	tb := setup(t, fakebank.Options{StatePath: filepath.Join(dir, "bank.json"), Faults: bankclient.Faults{SettleDelayMS: 60_000}})
+	tb := setup(t, fakebank.Options{StatePath: filepath.Join(dir, "bank.json"), Faults: fakebank.Faults{SettleDelayMS: 60_000}})
 	p := tb.post(t, "k1", paymentReq("r1")).payment(t)
 	if a := tb.do(t, http.MethodPost, "/admin/returns", "", map[string]string{"payment_id": p.ID}); a.status != http.StatusConflict {
 		t.Errorf("return before settlement: %d %s", a.status, a.body)
@@ -620,7 +621,7 @@ func checkMT940(t *testing.T, body []byte) {
 func TestStatementsFromTheBinary(t *testing.T) {
 	t.Parallel()
 	bp := startBankProcess(t, "--faults", `{"settle_delay_ms":0}`)
-	client, err := bankclient.New(bp.url, bankclient.Options{})
+	client, err := settle.New(bp.url, bankclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 )
@@ -46,7 +45,7 @@ func payoutForm(ref string, amount string) url.Values {
 // anything is kept under the key.
 func TestStripeProfileIdempotencyAsStripeDocumentsIt(t *testing.T) {
 	t.Parallel()
-	bank, base := fakebanktest.NewServer(t, fakebank.Options{Profile: "stripe", Faults: bankclient.Faults{SettleDelayMS: 50}})
+	bank, base := fakebanktest.NewServer(t, fakebank.Options{Profile: "stripe", Faults: fakebank.Faults{SettleDelayMS: 50}})
 	code, h, first := stripePost(t, base, "k-1", payoutForm("ref-1", "500"))
 	if code != http.StatusOK || first["status"] != "pending" || h.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("create: %d %v %v", code, h, first)
@@ -83,7 +82,7 @@ func TestStripeProfileIdempotencyAsStripeDocumentsIt(t *testing.T) {
 // payout reads paid, then failed.
 func TestStripeProfileForgetsKeysAndReturns(t *testing.T) {
 	t.Parallel()
-	bank, base := fakebanktest.NewServer(t, fakebank.Options{Profile: "stripe", Faults: bankclient.Faults{KeyTTLMS: 20}})
+	bank, base := fakebanktest.NewServer(t, fakebank.Options{Profile: "stripe", Faults: fakebank.Faults{KeyTTLMS: 20}})
 	_, _, first := stripePost(t, base, "k-ttl", payoutForm("ref-ttl", "700"))
 	if first["status"] != "paid" {
 		t.Fatalf("create: %v", first)

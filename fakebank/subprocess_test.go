@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/testsupport/settletest"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank/conformance"
 	"github.com/settle/settle/internal/testsupport/bintest"
 )
@@ -161,12 +161,12 @@ func TestSubprocessInitialFaultFlags(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		args []string
-		want bankclient.Faults
+		want fakebank.Faults
 	}{
-		{nil, bankclient.Faults{SettleDelayMS: 200}},
-		{[]string{"--faults", `{"reject_rate":0.5,"settle_delay_ms":7}`}, bankclient.Faults{RejectRate: 0.5, SettleDelayMS: 7}},
+		{nil, fakebank.Faults{SettleDelayMS: 200}},
+		{[]string{"--faults", `{"reject_rate":0.5,"settle_delay_ms":7}`}, fakebank.Faults{RejectRate: 0.5, SettleDelayMS: 7}},
 		{[]string{"--faults", `{"settle_delay_ms":7,"key_ttl_ms":9}`, "--settle-delay", "1s", "--key-ttl", "24h"},
-			bankclient.Faults{SettleDelayMS: 1000, KeyTTLMS: 86_400_000}},
+			fakebank.Faults{SettleDelayMS: 1000, KeyTTLMS: 86_400_000}},
 	}
 	for _, tt := range tests {
 		bp := startBankProcess(t, tt.args...)
@@ -174,7 +174,7 @@ func TestSubprocessInitialFaultFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got bankclient.Faults
+		var got fakebank.Faults
 		err = json.NewDecoder(res.Body).Decode(&got)
 		res.Body.Close()
 		if err != nil {

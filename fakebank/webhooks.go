@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/bankclient/stripe"
 )
 
@@ -333,7 +335,7 @@ func (n *notifier) post(ctx context.Context, target, secret, header string, body
 		return false
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(header, bankclient.SignHMAC(body, secret, n.b.now()))
+	req.Header.Set(header, bankhttp.SignHMAC(body, secret, n.b.now()))
 	resp, err := n.client.Do(req)
 	if err != nil {
 		return false
@@ -373,8 +375,8 @@ func (n *notifier) delay(maxMS int64) time.Duration {
 func webhookBody(profile string, view bankclient.Payment, po stripePayout, eventNo int64, known bool) ([]byte, string, error) {
 	switch profile {
 	case "settle":
-		body, err := json.Marshal(bankclient.SettleWebhook{Type: "payment." + string(view.Status), Payment: view})
-		return body, bankclient.SettleSignatureHeader, err
+		body, err := json.Marshal(settle.Webhook{Type: "payment." + string(view.Status), Payment: view})
+		return body, settle.SignatureHeader, err
 	case "stripe":
 		typ := "payout.updated"
 		switch {

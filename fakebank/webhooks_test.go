@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
@@ -102,9 +103,9 @@ func (r *hookReceiver) waitFor(t *testing.T, what string, cond func() bool) {
 // names the payment by id, key and reference.
 func TestWebhooksSettleProfile(t *testing.T) {
 	t.Parallel()
-	recv, hookURL := newHookReceiver(t, bankclient.SettleConnector.VerifyWebhook, true)
+	recv, hookURL := newHookReceiver(t, settle.Connector.VerifyWebhook, true)
 	bank, base := fakebanktest.NewServer(t, fakebank.Options{
-		Faults: bankclient.Faults{SettleDelayMS: 200, ReturnRate: 1, ReturnAfterMS: 200,
+		Faults: fakebank.Faults{SettleDelayMS: 200, ReturnRate: 1, ReturnAfterMS: 200,
 			WebhookDuplicateRate: 1, WebhookDelayMaxMS: 50},
 		WebhookURL: hookURL, WebhookSecret: recv.secret,
 	})
@@ -173,7 +174,7 @@ func TestWebhooksStripeProfile(t *testing.T) {
 	recv, hookURL := newHookReceiver(t, stripe.VerifyWebhook, false)
 	bank, base := fakebanktest.NewServer(t, fakebank.Options{
 		Profile:    "stripe",
-		Faults:     bankclient.Faults{SettleDelayMS: 200},
+		Faults:     fakebank.Faults{SettleDelayMS: 200},
 		WebhookURL: hookURL, WebhookSecret: recv.secret,
 	})
 	code, _, po := stripePost(t, base, "k-stripe-1", payoutForm("st-s1", "1500"))
@@ -207,9 +208,9 @@ func TestWebhooksStripeProfile(t *testing.T) {
 // bank counts what it did not tell.
 func TestWebhooksLost(t *testing.T) {
 	t.Parallel()
-	recv, hookURL := newHookReceiver(t, bankclient.SettleConnector.VerifyWebhook, false)
+	recv, hookURL := newHookReceiver(t, settle.Connector.VerifyWebhook, false)
 	bank, base := fakebanktest.NewServer(t, fakebank.Options{
-		Faults:     bankclient.Faults{WebhookLossRate: 1},
+		Faults:     fakebank.Faults{WebhookLossRate: 1},
 		WebhookURL: hookURL, WebhookSecret: recv.secret,
 	})
 	tb := &testBundle{bank: bank, url: base, http: http.DefaultClient}

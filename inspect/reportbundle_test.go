@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/testsupport/dbtest"
@@ -21,7 +22,7 @@ type reportBundle struct {
 	db     *dbtest.DB
 	bank   *fakebank.Bank
 	url    string
-	client *bankclient.Client
+	client *settle.Client
 	clock  *settletest.ManualClock
 }
 
@@ -29,7 +30,7 @@ func setupReport(t *testing.T) *reportBundle {
 	t.Helper()
 	clock := settletest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Now: clock.Now})
-	client, err := bankclient.New(url, bankclient.Options{Timeout: 5 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
+	client, err := settle.New(url, bankclient.Options{Timeout: 5 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

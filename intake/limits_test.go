@@ -9,6 +9,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/obie"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/intake"
 )
@@ -27,9 +28,9 @@ func TestConnectorAmountLimits(t *testing.T) {
 	}{
 		// settle's protocol: 2^53-1, the largest integer every JSON
 		// receiver reads exactly (RFC 7493, I-JSON).
-		{bankclient.SettleConnector, "USD", "b", 1<<53 - 1},
-		{bankclient.SettleConnector, "JPY", "b", 1<<53 - 1},
-		{bankclient.SettleConnector, "KWD", "b", 1<<53 - 1},
+		{settle.Connector, "USD", "b", 1<<53 - 1},
+		{settle.Connector, "JPY", "b", 1<<53 - 1},
+		{settle.Connector, "KWD", "b", 1<<53 - 1},
 		// Stripe: "up to eight digits" in minor units, whatever the currency.
 		{stripe.Connector, "USD", "ba_1Limit", 99_999_999},
 		{stripe.Connector, "JPY", "ba_1Limit", 99_999_999},

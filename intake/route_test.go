@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/obie"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/bankclient/stripe"
 
 	"github.com/settle/settle/intake"
@@ -24,7 +25,7 @@ func twoBanks(t *testing.T) *testBundle {
 	if err := routes.Set("USD=stripe"); err != nil {
 		t.Fatal(err)
 	}
-	return setup(t, setupOpts{banks: []bankclient.Connector{bankclient.SettleConnector, stripe.Connector}, routes: routes})
+	return setup(t, setupOpts{banks: []bankclient.Connector{settle.Connector, stripe.Connector}, routes: routes})
 }
 
 func storedBank(t *testing.T, b *testBundle, id string) (bank, ref string) {

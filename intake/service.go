@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/settlement"
@@ -73,7 +74,7 @@ type Config struct {
 	// the call fails with ErrUnavailable.
 	Timeout time.Duration
 	// Bank is the connector settlements are paid through (default
-	// bankclient.SettleConnector): it derives each settlement's bank
+	// settle.Connector): it derives each settlement's bank
 	// reference, and an event it could never send is refused (422).
 	// Banks, when not empty, replaces it: the banks the worker serves
 	// (--bank settle,stripe), each named by its connector.
@@ -137,7 +138,7 @@ func NewService(cfg Config) (*Service, error) {
 	if len(served) == 0 {
 		served = []bankclient.Connector{cfg.Bank}
 		if cfg.Bank.Name == "" {
-			served[0] = bankclient.SettleConnector
+			served[0] = settle.Connector
 		}
 	}
 	var err error

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/testsupport/settletest"
 )
@@ -24,7 +25,7 @@ func TestWrongBankJobRefused(t *testing.T) {
 	t.Parallel()
 	logs := &settletest.Buffer{}
 	m := metrics.NewUnregistered()
-	b := setup(t, bankclient.Faults{}, false, func(d *Deps) {
+	b := setup(t, fakebank.Faults{}, false, func(d *Deps) {
 		d.Resolver.BankName = "settle"
 		d.Metrics = m
 		d.Logger = slog.New(slog.NewJSONHandler(logs, nil))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/intake"
@@ -41,11 +42,11 @@ type testBundle struct {
 // setup starts an in-process River client with every settle worker and
 // short intervals against a fresh database and fakebank. start=false builds
 // the client without starting it.
-func setup(t *testing.T, faults bankclient.Faults, start bool, tweak func(*Deps)) *testBundle {
+func setup(t *testing.T, faults fakebank.Faults, start bool, tweak func(*Deps)) *testBundle {
 	t.Helper()
 	db := dbtest.New(t)
 	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 11, Faults: faults})
-	bc, err := bankclient.New(url, bankclient.Options{Timeout: 2 * time.Second})
+	bc, err := settle.New(url, bankclient.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func waitTerminal(t *testing.T, db *dbtest.DB, want int) {
 
 func TestWorkersSettleUnderFaults(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bankclient.Faults{
+	b := setup(t, fakebank.Faults{
 		FailBeforeRate: 0.1, DropResponseRate: 0.2, StatusErrorRate: 0.15,
 		SettlementFailureRate: 0.05, RejectRate: 0.02, LatencyMaxMS: 10, SettleDelayMS: 100,
 	}, true, nil)
@@ -191,7 +192,7 @@ func history(t *testing.T, db *dbtest.DB, id string, states ...settlement.State)
 // (its send job was lost) is sent by the sweep once its next check is due.
 func TestSweepSendsPendingWhoseJobWasLost(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bankclient.Faults{SettleDelayMS: 50}, true, nil)
+	b := setup(t, fakebank.Faults{SettleDelayMS: 50}, true, nil)
 	ctx := context.Background()
 	b.submit(t, "normal", 100)
 	// A settlement as intake writes it, but without its job, already due.
@@ -216,7 +217,7 @@ func TestSweepSendsPendingWhoseJobWasLost(t *testing.T) {
 // enqueueing a new one.
 func TestSweepNotBlockedByDeadRunningJob(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bankclient.Faults{SettleDelayMS: 0}, false, func(d *Deps) {
+	b := setup(t, fakebank.Faults{SettleDelayMS: 0}, false, func(d *Deps) {
 		d.JobTimeout, d.RescueAfter = 3*time.Second, time.Hour // no rescue during the test
 	})
 	ctx := context.Background()
@@ -250,7 +251,7 @@ func TestSweepNotBlockedByDeadRunningJob(t *testing.T) {
 
 func TestRetentionDeletesOnlyOldTerminalReceipts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bankclient.Faults{}, false, func(d *Deps) {
+	b := setup(t, fakebank.Faults{}, false, func(d *Deps) {
 		d.ReplayHorizon = time.Hour
 		d.RetentionInterval = 100 * time.Millisecond
 	})
@@ -310,7 +311,7 @@ func TestRetryDelay(t *testing.T) {
 // confirmed, none failed or flagged, each paid once.
 func TestRateLimitStormSlowsButNeverFails(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bankclient.Faults{RateLimitPerS: 5, SettleDelayMS: 20}, true, nil)
+	b := setup(t, fakebank.Faults{RateLimitPerS: 5, SettleDelayMS: 20}, true, nil)
 	const n = 20
 	for i := range n {
 		b.submit(t, fmt.Sprintf("rl-%02d", i), int64(100+i))
@@ -335,7 +336,7 @@ func TestRateLimitStormSlowsButNeverFails(t *testing.T) {
 // ends returned with exactly one reversal, the others confirmed.
 func TestReturnsFoundByTheWatch(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bankclient.Faults{ReturnRate: 0.5, ReturnAfterMS: 300, SettleDelayMS: 20}, true, func(d *Deps) {
+	b := setup(t, fakebank.Faults{ReturnRate: 0.5, ReturnAfterMS: 300, SettleDelayMS: 20}, true, func(d *Deps) {
 		d.Resolver.ReturnWatch = time.Hour
 	})
 	const n = 16
@@ -396,7 +397,7 @@ func TestReturnsFoundByTheWatch(t *testing.T) {
 // on a running one (which may have asked already).
 func TestCheckNowAsksAfterTheHint(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bankclient.Faults{}, false, nil)
+	b := setup(t, fakebank.Faults{}, false, nil)
 	ctx := t.Context()
 	in := Inserter{Client: b.client}
 	jobs := func() (waiting, all int) {
@@ -457,7 +458,7 @@ func TestCheckNowAsksAfterTheHint(t *testing.T) {
 // booked twice (the one invariant checker, against the bank's books).
 func TestRematchMatchesALineImportedBeforeItsSettlement(t *testing.T) {
 	t.Parallel()
-	b := setup(t, bankclient.Faults{}, true, func(d *Deps) { d.RematchInterval = 100 * time.Millisecond })
+	b := setup(t, fakebank.Faults{}, true, func(d *Deps) { d.RematchInterval = 100 * time.Millisecond })
 	ctx := context.Background()
 	ref := bankclient.Capabilities{}.Reference("rm-1")
 	file := ":20:EARLY\n:25:acc-rm\n:28C:1/1\n:60F:C300101EUR100,00\n" +

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/settlement"
 )
 
@@ -36,7 +36,7 @@ func (g *gateDB) Begin(ctx context.Context) (pgx.Tx, error) {
 // one shared claim at most.
 func TestSendClaimGroup(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{})
+	b := setupResolver(t, fakebank.Faults{})
 	gate := &gateDB{DB: b.db.Pool, entered: make(chan struct{}), release: make(chan struct{})}
 	b.r.DB = gate
 	queued := make(chan int, 100)

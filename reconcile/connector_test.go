@@ -8,6 +8,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
@@ -16,7 +17,7 @@ import (
 // idOnlyBank is a real bank client seen through the capabilities of a bank
 // that looks payments up only by its own id (as Stripe and UK Open Banking
 // do): asking by our key is not offered.
-type idOnlyBank struct{ *bankclient.Client }
+type idOnlyBank struct{ *settle.Client }
 
 func (idOnlyBank) StatusByKey(context.Context, string) (bankclient.Payment, error) {
 	return bankclient.Payment{}, bankclient.ErrUnsupported
@@ -24,10 +25,10 @@ func (idOnlyBank) StatusByKey(context.Context, string) (bankclient.Payment, erro
 
 // setupIDOnly is a Resolver against a fakebank through an id-only bank with
 // the given search capability, on a manual clock.
-func setupIDOnly(t *testing.T, faults bankclient.Faults, search bool) (*resolverBundle, *settletest.ManualClock) {
+func setupIDOnly(t *testing.T, faults fakebank.Faults, search bool) (*resolverBundle, *settletest.ManualClock) {
 	t.Helper()
 	b := setupResolverOpts(t, fakebank.Options{Seed: 3, Faults: faults})
-	client := b.r.Bank.(*bankclient.Client)
+	client := b.r.Bank.(*settle.Client)
 	b.r.Bank = idOnlyBank{client}
 	b.r.Capabilities = &bankclient.Capabilities{LookupByID: true, Search: search, Replay: bankclient.ReplayOriginal, KeyWindow: 24 * time.Hour}
 	clock := settletest.NewManualClock(time.Now())
@@ -42,13 +43,13 @@ func setupIDOnly(t *testing.T, faults bankclient.Faults, search bool) (*resolver
 // id: paid once, confirmed with one movement, never a new key.
 func TestLostAnswerResolvedByReplayAtAnIDOnlyBank(t *testing.T) {
 	t.Parallel()
-	b, clock := setupIDOnly(t, bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 1}, false)
+	b, clock := setupIDOnly(t, fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 1}, false)
 	ctx := context.Background()
 	insertSettlement(t, b.db, "lost-1", 4200)
 	if out, err := b.r.Send(ctx, "lost-1", nil); err != nil || out.State != settlement.Uncertain {
 		t.Fatalf("send with the answer lost: %+v, %v", out, err)
 	}
-	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 1}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{SettleDelayMS: 1}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Minute)
@@ -89,13 +90,13 @@ func TestLostAnswerAfterTheKeyWindow(t *testing.T) {
 	for _, search := range []bool{true, false} {
 		t.Run(fmt.Sprintf("search=%v", search), func(t *testing.T) {
 			t.Parallel()
-			b, clock := setupIDOnly(t, bankclient.Faults{DropResponseRate: 1}, search)
+			b, clock := setupIDOnly(t, fakebank.Faults{DropResponseRate: 1}, search)
 			ctx := context.Background()
 			insertSettlement(t, b.db, "late-1", 990)
 			if out, err := b.r.Send(ctx, "late-1", nil); err != nil || out.State != settlement.Uncertain {
 				t.Fatalf("send with the answer lost: %+v, %v", out, err)
 			}
-			if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+			if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 				t.Fatal(err)
 			}
 			clock.Advance(2 * time.Hour) // past KeyTTL (1 h)
@@ -128,13 +129,13 @@ func TestLostAnswerAfterTheKeyWindow(t *testing.T) {
 // rather than guess or resend.
 func TestNotInTheListAfterTheWindow(t *testing.T) {
 	t.Parallel()
-	b, clock := setupIDOnly(t, bankclient.Faults{FailBeforeRate: 1}, true)
+	b, clock := setupIDOnly(t, fakebank.Faults{FailBeforeRate: 1}, true)
 	ctx := context.Background()
 	insertSettlement(t, b.db, "never-1", 77)
 	if out, err := b.r.Send(ctx, "never-1", nil); err != nil || out.State != settlement.Uncertain {
 		t.Fatalf("send failing before the bank: %+v, %v", out, err)
 	}
-	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Hour)
@@ -154,7 +155,7 @@ func TestNotInTheListAfterTheWindow(t *testing.T) {
 // reference, and the ledger-vs-bank report matches it.
 func TestLongIDGetsAStableShortReference(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{})
+	b := setupResolver(t, fakebank.Faults{})
 	strict := bankclient.Capabilities{LookupByKey: true, Search: true, RefMaxLen: 31, RefASCIIOnly: true, RefAllowed: "-"}
 	b.r.Capabilities = &strict
 	ctx := context.Background()

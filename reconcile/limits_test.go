@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/settlement"
 )
 
@@ -34,9 +36,9 @@ func TestUnsendableAmountFailsIt(t *testing.T) {
 	ctx := context.Background()
 	t.Run("settle", func(t *testing.T) {
 		t.Parallel()
-		b := setupResolver(t, bankclient.Faults{})
-		insertSettlement(t, b.db, "json-max", bankclient.MaxProtocolAmount)
-		insertSettlement(t, b.db, "json-over", bankclient.MaxProtocolAmount+1)
+		b := setupResolver(t, fakebank.Faults{})
+		insertSettlement(t, b.db, "json-max", settle.MaxProtocolAmount)
+		insertSettlement(t, b.db, "json-over", settle.MaxProtocolAmount+1)
 		if out, err := b.r.Send(ctx, "json-max", nil); err != nil || out.State != settlement.Sent && out.State != settlement.Confirmed {
 			t.Fatalf("2^53-1: %+v, %v; want sent", out, err)
 		}
@@ -61,7 +63,7 @@ func TestUnsendableAmountFailsIt(t *testing.T) {
 	} {
 		t.Run("obie-"+tc.name, func(t *testing.T) {
 			t.Parallel()
-			ob := setupOBIE(t, bankclient.Faults{}, nil)
+			ob := setupOBIE(t, fakebank.Faults{}, nil)
 			ob.insertOBIE(t, "ob-limit", 100_000_000)
 			// Another account: the holds of one account could not sum
 			// past the largest bigint.

@@ -35,7 +35,7 @@ type obieBundle struct {
 	observed map[string]int
 }
 
-func setupOBIE(t *testing.T, faults bankclient.Faults, verify *rsa.PublicKey) *obieBundle {
+func setupOBIE(t *testing.T, faults fakebank.Faults, verify *rsa.PublicKey) *obieBundle {
 	t.Helper()
 	key, keyFile, _ := obietest.SigningKey(t)
 	if verify == nil {
@@ -149,7 +149,7 @@ func (ob *obieBundle) consentRow(t *testing.T, id string) (consentID, status str
 // payment is ever sent; once authorised, the next check pays it, once.
 func TestConsentAwaitingKeepsPaymentUnsent(t *testing.T) {
 	t.Parallel()
-	ob := setupOBIE(t, bankclient.Faults{ConsentDelayMS: int64(365 * 24 * time.Hour / time.Millisecond)}, nil)
+	ob := setupOBIE(t, fakebank.Faults{ConsentDelayMS: int64(365 * 24 * time.Hour / time.Millisecond)}, nil)
 	ctx := context.Background()
 	ob.insertOBIE(t, "cons-wait", 2500)
 	out, err := ob.r.Send(ctx, "cons-wait", nil)
@@ -201,7 +201,7 @@ func TestConsentAwaitingKeepsPaymentUnsent(t *testing.T) {
 // settlement; no payment, no movement.
 func TestConsentRejectedFailsIt(t *testing.T) {
 	t.Parallel()
-	ob := setupOBIE(t, bankclient.Faults{ConsentDelayMS: int64(365 * 24 * time.Hour / time.Millisecond)}, nil)
+	ob := setupOBIE(t, fakebank.Faults{ConsentDelayMS: int64(365 * 24 * time.Hour / time.Millisecond)}, nil)
 	ctx := context.Background()
 	ob.insertOBIE(t, "cons-reject", 900)
 	if out, err := ob.r.Send(ctx, "cons-reject", nil); err != nil || out.State != settlement.Pending {
@@ -231,7 +231,7 @@ func TestConsentRejectedFailsIt(t *testing.T) {
 // pending, nothing was paid, and nothing is asked on its own any more.
 func TestConsentExpiredIsFlagged(t *testing.T) {
 	t.Parallel()
-	ob := setupOBIE(t, bankclient.Faults{ConsentDelayMS: int64(365 * 24 * time.Hour / time.Millisecond)}, nil)
+	ob := setupOBIE(t, fakebank.Faults{ConsentDelayMS: int64(365 * 24 * time.Hour / time.Millisecond)}, nil)
 	ctx := context.Background()
 	ob.insertOBIE(t, "cons-expire", 1200)
 	if _, err := ob.r.Send(ctx, "cons-expire", nil); err != nil {
@@ -263,7 +263,7 @@ func TestBadSignatureIsARefusalNeverAPayment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob := setupOBIE(t, bankclient.Faults{}, &other.PublicKey)
+	ob := setupOBIE(t, fakebank.Faults{}, &other.PublicKey)
 	ctx := context.Background()
 	ob.insertOBIE(t, "cons-badsig", 700)
 	out, err := ob.r.Send(ctx, "cons-badsig", nil)
@@ -302,7 +302,7 @@ func TestBadSignatureIsARefusalNeverAPayment(t *testing.T) {
 // waiting longer than its deadline gives up, to be retried.)
 func TestConsentStepRacesPayOnce(t *testing.T) {
 	t.Parallel()
-	ob := setupOBIE(t, bankclient.Faults{}, nil)
+	ob := setupOBIE(t, fakebank.Faults{}, nil)
 	ctx := context.Background()
 	ob.insertOBIE(t, "cons-race", 4100)
 	var wg sync.WaitGroup
@@ -358,7 +358,7 @@ func TestConsentStepRacesPayOnce(t *testing.T) {
 // account holder's token.
 func TestAuthorisationRedirects(t *testing.T) {
 	t.Parallel()
-	ob := setupOBIE(t, bankclient.Faults{}, nil)
+	ob := setupOBIE(t, fakebank.Faults{}, nil)
 	ctx := context.Background()
 	ob.insertOBIE(t, "auth-redir", 3100)
 	if out, err := ob.r.Send(ctx, "auth-redir", nil); err != nil || out.State != settlement.Pending {
@@ -375,13 +375,13 @@ func TestAuthorisationRedirects(t *testing.T) {
 	}
 
 	// The bank issues the token and the answer is lost: the code is spent.
-	if err := ob.bank.SetFaults(bankclient.Faults{TokenDropRate: 1}); err != nil {
+	if err := ob.bank.SetFaults(fakebank.Faults{TokenDropRate: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ob.r.CompleteAuthorisation(ctx, q.Get("state"), q.Get("code"), testRedirect); !bankclient.IsAmbiguous(err) {
 		t.Fatalf("a lost token answer: %v, want ambiguous", err)
 	}
-	if err := ob.bank.SetFaults(bankclient.Faults{}); err != nil {
+	if err := ob.bank.SetFaults(fakebank.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	// The browser replays the redirect: the code is spent, refused.
@@ -425,7 +425,7 @@ func TestAuthorisationRedirects(t *testing.T) {
 // settlement; no payment.
 func TestAuthorisationRefused(t *testing.T) {
 	t.Parallel()
-	ob := setupOBIE(t, bankclient.Faults{ConsentRejectRate: 1, ConsentDelayMS: 300}, nil)
+	ob := setupOBIE(t, fakebank.Faults{ConsentRejectRate: 1, ConsentDelayMS: 300}, nil)
 	ctx := context.Background()
 	ob.insertOBIE(t, "auth-no", 800)
 	if _, err := ob.r.Send(ctx, "auth-no", nil); err != nil {

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/settlement"
 )
 
 // The capability sets the engine must stay exactly-once against
 // (DESIGN.md section 13).
 var (
-	capsByKey        = bankclient.SettleConnector.Capabilities
+	capsByKey        = settle.Connector.Capabilities
 	capsByRef        = bankclient.Capabilities{LookupByReference: true, Replay: bankclient.ReplayStored}
 	capsIDOriginal   = bankclient.Capabilities{LookupByID: true, Search: true, Replay: bankclient.ReplayOriginal, KeyWindow: 24 * time.Hour}
 	capsIDCurrent    = bankclient.Capabilities{LookupByID: true, Replay: bankclient.ReplayCurrent, KeyWindow: 24 * time.Hour}

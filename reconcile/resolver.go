@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/settlement"
@@ -65,7 +66,7 @@ type Resolver struct {
 	// workers and settle reconcile always set it.
 	BankName string
 	// Capabilities is what Bank can do; the decisions choose their
-	// questions from it. Default: bankclient.SettleConnector's (lookup by
+	// questions from it. Default: settle.Connector's (lookup by
 	// our key).
 	Capabilities *bankclient.Capabilities
 	// ReturnWatch is how long after confirmation the bank is still asked
@@ -188,7 +189,7 @@ func (r *Resolver) now() time.Time {
 
 func (r *Resolver) policy() Policy {
 	p := Policy{KeyTTL: r.KeyTTL, CheckInterval: r.CheckInterval, MaxCheckInterval: r.MaxCheckInterval,
-		Bank: bankclient.SettleConnector.Capabilities}
+		Bank: settle.Connector.Capabilities}
 	if r.Capabilities != nil {
 		p.Bank = *r.Capabilities
 	}

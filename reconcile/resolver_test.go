@@ -43,7 +43,7 @@ func resolveUntilTerminal(t *testing.T, b *resolverBundle, id string) Outcome {
 
 func TestResolverSendThenConfirm(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{SettleDelayMS: 100})
+	b := setupResolver(t, fakebank.Faults{SettleDelayMS: 100})
 	insertSettlement(t, b.db, "s-ok", 1234)
 
 	out, err := b.r.Send(context.Background(), "s-ok", nil)
@@ -77,7 +77,7 @@ func TestResolverSendThenConfirm(t *testing.T) {
 
 func TestResolverRejectedFails(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{RejectRate: 1})
+	b := setupResolver(t, fakebank.Faults{RejectRate: 1})
 	insertSettlement(t, b.db, "s-rej", 100)
 	out, err := b.r.Send(context.Background(), "s-rej", nil)
 	if err != nil {
@@ -93,7 +93,7 @@ func TestResolverRejectedFails(t *testing.T) {
 
 func TestResolverSettlementFailure(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{SettlementFailureRate: 1, SettleDelayMS: 20})
+	b := setupResolver(t, fakebank.Faults{SettlementFailureRate: 1, SettleDelayMS: 20})
 	insertSettlement(t, b.db, "s-fail", 100)
 	if _, err := b.r.Send(context.Background(), "s-fail", nil); err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestResolverSettlementFailure(t *testing.T) {
 
 func TestResolverDroppedResponseBecomesUncertainThenConfirmed(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 20})
+	b := setupResolver(t, fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 20})
 	insertSettlement(t, b.db, "s-drop", 500)
 	out, err := b.r.Send(context.Background(), "s-drop", nil)
 	if err != nil {
@@ -117,7 +117,7 @@ func TestResolverDroppedResponseBecomesUncertainThenConfirmed(t *testing.T) {
 	if out.State != settlement.Uncertain {
 		t.Fatalf("out = %+v", out)
 	}
-	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 20}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{SettleDelayMS: 20}); err != nil {
 		t.Fatal(err)
 	}
 	if out := resolveUntilTerminal(t, b, "s-drop"); out.State != settlement.Confirmed {
@@ -133,7 +133,7 @@ func TestResolverDroppedResponseBecomesUncertainThenConfirmed(t *testing.T) {
 
 func TestResolverBankDownNeverFails(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{FailBeforeRate: 1, StatusErrorRate: 1})
+	b := setupResolver(t, fakebank.Faults{FailBeforeRate: 1, StatusErrorRate: 1})
 	insertSettlement(t, b.db, "s-down", 100)
 	out, err := b.r.Send(context.Background(), "s-down", nil)
 	if err != nil {
@@ -151,7 +151,7 @@ func TestResolverBankDownNeverFails(t *testing.T) {
 			t.Fatalf("out = %+v", out)
 		}
 	}
-	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	// The bank never saw the key (503 before processing), the key is young:
@@ -166,7 +166,7 @@ func TestResolverBankDownNeverFails(t *testing.T) {
 
 func TestResolverKeyReuseIsFlagged(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{})
+	b := setupResolver(t, fakebank.Faults{})
 	insertSettlement(t, b.db, "s-reuse", 100)
 	// Someone else used our key with another body.
 	if _, err := b.r.Bank.Send(context.Background(), bankclient.KeyFor("s-reuse"), bankclient.PaymentRequest{
@@ -197,7 +197,7 @@ func TestResolverKeyTTL(t *testing.T) {
 	t.Parallel()
 	// One clock for the bank and the engine.
 	clock := settletest.NewManualClock(time.Now())
-	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 10_000, KeyTTLMS: 1000}})
+	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 10_000, KeyTTLMS: 1000}})
 	b.r.Now = clock.Now
 	b.r.KeyTTL = time.Second
 	insertSettlement(t, b.db, "s-ttl", 100)
@@ -205,7 +205,7 @@ func TestResolverKeyTTL(t *testing.T) {
 	if err != nil || out.State != settlement.Uncertain {
 		t.Fatalf("send = %+v, %v", out, err)
 	}
-	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 10_000, KeyTTLMS: 1000}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{SettleDelayMS: 10_000, KeyTTLMS: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Second) // past the key TTL: the bank forgets the key
@@ -235,7 +235,7 @@ func TestResolverKeyTTL(t *testing.T) {
 // never POSTed.
 func TestResolverPendingOldAttemptNeverSent(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{})
+	b := setupResolver(t, fakebank.Faults{})
 	insertSettlement(t, b.db, "s-old", 100)
 	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET first_attempt_at = now() - interval '2 hours' WHERE settlement_id = 's-old'`); err != nil {
 		t.Fatal(err)
@@ -259,7 +259,7 @@ func TestResolverPendingOldAttemptNeverSent(t *testing.T) {
 // new payment. The model checker found this edge (issue 30).
 func TestResolverKeyAliveButNotReplayable(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{})
+	b := setupResolver(t, fakebank.Faults{})
 	b.r.RequestBound = 2 * time.Minute
 	insertSettlement(t, b.db, "s-edge", 100)
 	// One hour TTL, first attempt 59 minutes ago: alive for one more
@@ -284,7 +284,7 @@ func TestResolverKeyAliveButNotReplayable(t *testing.T) {
 
 func TestResolverConcurrentResolveOneMovement(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{SettleDelayMS: 0})
+	b := setupResolver(t, fakebank.Faults{SettleDelayMS: 0})
 	insertSettlement(t, b.db, "s-race", 700)
 	if _, err := b.r.Send(context.Background(), "s-race", nil); err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func TestResolverConcurrentResolveOneMovement(t *testing.T) {
 
 func TestResolverHookRunsInTransaction(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{})
+	b := setupResolver(t, fakebank.Faults{})
 	insertSettlement(t, b.db, "s-hook", 100)
 	boom := errors.New("boom")
 	_, err := b.r.Send(context.Background(), "s-hook", func(ctx context.Context, tx pgx.Tx, out Outcome) error { return boom })
@@ -336,7 +336,7 @@ func TestResolverHookRunsInTransaction(t *testing.T) {
 
 func TestResolverNotFound(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{})
+	b := setupResolver(t, fakebank.Faults{})
 	_, err := b.r.Resolve(context.Background(), "nope", nil)
 	if !errors.Is(err, settlement.ErrNotFound) {
 		t.Fatalf("err = %v", err)

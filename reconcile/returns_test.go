@@ -19,7 +19,7 @@ import (
 // watching for returns for an hour.
 func confirmedBundle(t *testing.T, id string, amount int64) (*resolverBundle, string) {
 	t.Helper()
-	b := setupResolver(t, bankclient.Faults{})
+	b := setupResolver(t, fakebank.Faults{})
 	b.r.ReturnWatch = time.Hour
 	insertSettlement(t, b.db, id, amount)
 	out, err := b.r.Send(context.Background(), id, nil)
@@ -160,7 +160,7 @@ func TestReturnRolledBackLeavesNeither(t *testing.T) {
 // settlement, never guessed.
 func TestReturnOfWhatWasNeverConfirmedAndPartialReturns(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{SettleDelayMS: 60_000})
+	b := setupResolver(t, fakebank.Faults{SettleDelayMS: 60_000})
 	ctx := context.Background()
 	insertSettlement(t, b.db, "ret-sent", 100)
 	if out, err := b.r.Send(ctx, "ret-sent", nil); err != nil || out.State != settlement.Sent {
@@ -202,7 +202,7 @@ func TestReturnWatchEnds(t *testing.T) {
 func TestReturnAfterTheKeyIsForgotten(t *testing.T) {
 	t.Parallel()
 	clock := settletest.NewManualClock(time.Now())
-	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: bankclient.Faults{KeyTTLMS: 1000}})
+	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: fakebank.Faults{KeyTTLMS: 1000}})
 	b.r.Now, b.r.KeyTTL, b.r.ReturnWatch = clock.Now, time.Second, time.Hour
 	ctx := context.Background()
 	insertSettlement(t, b.db, "ret-late", 2500)

@@ -21,7 +21,7 @@ import (
 // setupStripe is a Resolver paying through the Stripe connector at the
 // fakebank's stripe profile, every request and response checked against
 // Stripe's OpenAPI document, on a manual clock.
-func setupStripe(t *testing.T, faults bankclient.Faults) (*resolverBundle, *settletest.ManualClock) {
+func setupStripe(t *testing.T, faults fakebank.Faults) (*resolverBundle, *settletest.ManualClock) {
 	t.Helper()
 	b := setupResolverOpts(t, fakebank.Options{Seed: 11, Faults: faults, Profile: "stripe"})
 	client, err := stripe.New(b.url, bankclient.Options{
@@ -72,13 +72,13 @@ func posts(t *testing.T, b *resolverBundle, id string) int {
 // which gives the payout's id; the current status is then read by id.
 func TestStripeLostAnswerReplayedThenPolledByID(t *testing.T) {
 	t.Parallel()
-	b, clock := setupStripe(t, bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 1})
+	b, clock := setupStripe(t, fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 1})
 	ctx := context.Background()
 	insertStripeSettlement(t, b, "stripe-lost-1", 4200)
 	if out, err := b.r.Send(ctx, "stripe-lost-1", nil); err != nil || out.State != settlement.Uncertain {
 		t.Fatalf("send with the answer lost: %+v, %v", out, err)
 	}
-	if err := b.bank.SetFaults(bankclient.Faults{SettleDelayMS: 1}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{SettleDelayMS: 1}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Minute)
@@ -111,12 +111,12 @@ func TestStripeLostAnswerAfterTheKeyWindow(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		faults bankclient.Faults
+		faults fakebank.Faults
 		want   settlement.State
 		flag   string
 	}{
-		{"found in the list", bankclient.Faults{DropResponseRate: 1}, settlement.Confirmed, ""},
-		{"not in the list", bankclient.Faults{FailBeforeRate: 1}, settlement.Uncertain, ReasonNotInList},
+		{"found in the list", fakebank.Faults{DropResponseRate: 1}, settlement.Confirmed, ""},
+		{"not in the list", fakebank.Faults{FailBeforeRate: 1}, settlement.Uncertain, ReasonNotInList},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -130,7 +130,7 @@ func TestStripeLostAnswerAfterTheKeyWindow(t *testing.T) {
 			if out, err := b.r.Send(ctx, "stripe-late-1", nil); err != nil || out.State != settlement.Uncertain {
 				t.Fatalf("send without an answer: %+v, %v", out, err)
 			}
-			if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+			if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, id := range []string{"stripe-other-1", "stripe-other-2"} {
@@ -169,7 +169,7 @@ func TestStripeLostAnswerAfterTheKeyWindow(t *testing.T) {
 // (returned, one reversal), not a failure.
 func TestStripePaidThenFailedIsAReturn(t *testing.T) {
 	t.Parallel()
-	b, _ := setupStripe(t, bankclient.Faults{})
+	b, _ := setupStripe(t, fakebank.Faults{})
 	b.r.ReturnWatch = time.Hour
 	ctx := context.Background()
 	insertStripeSettlement(t, b, "stripe-ret-1", 2500)
@@ -203,7 +203,7 @@ func TestStripePaidThenFailedIsAReturn(t *testing.T) {
 // in the two-bank demo) and shows the settlement as a discrepancy.
 func TestStripeBankReportRechecksByID(t *testing.T) {
 	t.Parallel()
-	b, _ := setupStripe(t, bankclient.Faults{})
+	b, _ := setupStripe(t, fakebank.Faults{})
 	ctx := context.Background()
 	insertStripeSettlement(t, b, "stripe-rep-1", 2500)
 	out, err := b.r.Send(ctx, "stripe-rep-1", nil)

@@ -51,7 +51,7 @@ type bundle struct {
 	tg     Target
 }
 
-func start(t *testing.T, tg Target, faults bankclient.Faults) bundle {
+func start(t *testing.T, tg Target, faults fakebank.Faults) bundle {
 	t.Helper()
 	bo := tg.Bank
 	bo.Seed, bo.Faults, bo.Profile = 5, faults, tg.Profile
@@ -82,7 +82,7 @@ func (b bundle) request(t *testing.T, ref string) bankclient.PaymentRequest {
 		t.Fatal("declares Consent but does not implement bankclient.Consenter")
 	}
 	faults := b.bank.Faults()
-	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	con, err := cs.CreateConsent(context.Background(), bankclient.ConsentKeyFor(ref), req)
@@ -128,7 +128,7 @@ func (b bundle) authorise(t *testing.T, id, state string) string {
 		t.Fatalf("authorising consent %s: %d to %q, want a redirect with a code and the state", id, res.StatusCode, res.Header.Get("Location"))
 	}
 	faults := b.bank.Faults()
-	if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+	if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 		t.Fatal(err)
 	}
 	g, err := au.ExchangeCode(context.Background(), id, state, back.Query().Get("code"), testRedirect)
@@ -162,7 +162,7 @@ func Run(t *testing.T, tg Target) {
 // capabilities declare finds it, with a status of the normalised set; the
 // others are refused without a request.
 func sendReplayLookups(t *testing.T, tg Target) {
-	b := start(t, tg, bankclient.Faults{SettleDelayMS: 1})
+	b := start(t, tg, fakebank.Faults{SettleDelayMS: 1})
 	ctx := context.Background()
 	ref := "conf-send-1"
 	key := bankclient.KeyFor(ref)
@@ -225,7 +225,7 @@ func sendReplayLookups(t *testing.T, tg Target) {
 // unknownPayment: a key the bank never saw is ErrNotFound by key; an id
 // it never issued is ErrPaymentNotFound.
 func unknownPayment(t *testing.T, tg Target) {
-	b := start(t, tg, bankclient.Faults{})
+	b := start(t, tg, fakebank.Faults{})
 	ctx := context.Background()
 	if b.caps.LookupByKey {
 		if _, err := b.client.StatusByKey(ctx, bankclient.KeyFor("never-sent")); !bankclient.IsNotFound(err) {
@@ -249,11 +249,11 @@ func unknownPayment(t *testing.T, tg Target) {
 // definitive rejection is one.
 func ambiguity(t *testing.T, tg Target) {
 	ctx := context.Background()
-	b := start(t, tg, bankclient.Faults{FailBeforeRate: 1})
+	b := start(t, tg, fakebank.Faults{FailBeforeRate: 1})
 	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-5xx"), b.request(t, "conf-5xx")); !bankclient.IsAmbiguous(err) || bankclient.IsRejected(err) {
 		t.Errorf("a 5xx before processing: %v, want ambiguous", err)
 	}
-	b = start(t, tg, bankclient.Faults{DropResponseRate: 1})
+	b = start(t, tg, fakebank.Faults{DropResponseRate: 1})
 	if _, err := b.client.Send(ctx, bankclient.KeyFor("conf-drop"), b.request(t, "conf-drop")); !bankclient.IsAmbiguous(err) {
 		t.Errorf("a lost response: %v, want ambiguous", err)
 	}
@@ -263,7 +263,7 @@ func ambiguity(t *testing.T, tg Target) {
 	// A bank refuses definitively either by refusing the request or, as
 	// Open Banking does, by creating the payment as rejected: a failed
 	// payment.
-	b = start(t, tg, bankclient.Faults{RejectRate: 1})
+	b = start(t, tg, fakebank.Faults{RejectRate: 1})
 	res, err := b.client.Send(ctx, bankclient.KeyFor("conf-rej"), b.request(t, "conf-rej"))
 	refused := bankclient.IsRejected(err) && !bankclient.IsAmbiguous(err)
 	failed := err == nil && res.Payment.Status == bankclient.StatusFailed
@@ -274,7 +274,7 @@ func ambiguity(t *testing.T, tg Target) {
 
 // rateLimit: a 429 is ambiguous and carries the bank's Retry-After.
 func rateLimit(t *testing.T, tg Target) {
-	b := start(t, tg, bankclient.Faults{RateLimitPerS: 0.001})
+	b := start(t, tg, fakebank.Faults{RateLimitPerS: 0.001})
 	ctx := context.Background()
 	req0, req1 := b.request(t, "conf-rl-0"), b.request(t, "conf-rl-1")
 	_, _ = b.client.Send(ctx, bankclient.KeyFor("conf-rl-0"), req0) // uses the one token
@@ -288,7 +288,7 @@ func rateLimit(t *testing.T, tg Target) {
 // reference: the connector's short form of an id its bank could not carry
 // is accepted and comes back unchanged.
 func reference(t *testing.T, tg Target) {
-	b := start(t, tg, bankclient.Faults{})
+	b := start(t, tg, fakebank.Faults{})
 	id := strings.Repeat("é", 64) + "/" + strings.Repeat("x", 200)
 	ref := b.caps.Reference(id)
 	if b.caps.Reference(id) != ref {
@@ -305,7 +305,7 @@ func reference(t *testing.T, tg Target) {
 // consent is found by its id, an id the bank never issued is
 // ErrPaymentNotFound; a 5xx is ambiguous, never a refusal.
 func consent(t *testing.T, tg Target) {
-	b := start(t, tg, bankclient.Faults{})
+	b := start(t, tg, fakebank.Faults{})
 	cs, ok := b.client.(bankclient.Consenter)
 	if !ok {
 		t.Fatal("declares Consent but does not implement bankclient.Consenter")
@@ -331,7 +331,7 @@ func consent(t *testing.T, tg Target) {
 	if st := b.bank.Stats(); st.Payments != 0 {
 		t.Errorf("consents made %d payments", st.Payments)
 	}
-	b = start(t, tg, bankclient.Faults{FailBeforeRate: 1})
+	b = start(t, tg, fakebank.Faults{FailBeforeRate: 1})
 	cs = b.client.(bankclient.Consenter)
 	if _, err := cs.CreateConsent(ctx, bankclient.ConsentKeyFor(ref), req); !bankclient.IsAmbiguous(err) || bankclient.IsRejected(err) {
 		t.Errorf("a 5xx on the consent: %v, want ambiguous", err)

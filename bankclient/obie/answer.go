@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 	"github.com/settle/settle/internal/retryafter"
 )
 
@@ -248,7 +249,7 @@ func malformed(a httpAnswer, err error) answer {
 // one with at least one error code.
 func parseErrors(a httpAnswer) (ErrorResponse, bool) {
 	var er ErrorResponse
-	if a.tooLarge || bankclient.CheckJSONKeys(a.body) != nil || json.Unmarshal(a.body, &er) != nil || len(er.Errors) == 0 {
+	if a.tooLarge || bankhttp.CheckJSONKeys(a.body) != nil || json.Unmarshal(a.body, &er) != nil || len(er.Errors) == 0 {
 		return ErrorResponse{}, false
 	}
 	for _, e := range er.Errors {
@@ -289,7 +290,7 @@ func reason(er ErrorResponse, iid string) string {
 // (the answer to our POST), it must be the payment we asked for: that
 // consent, that EndToEndIdentification, amount, currency and creditor.
 func parsePayment(body []byte, consentID string, in *Initiation) (bankclient.Payment, error) {
-	if err := bankclient.CheckJSONKeys(body); err != nil {
+	if err := bankhttp.CheckJSONKeys(body); err != nil {
 		return bankclient.Payment{}, err
 	}
 	var r paymentResponse
@@ -338,7 +339,7 @@ func parsePayment(body []byte, consentID string, in *Initiation) (bankclient.Pay
 // parseConsent reads an OBWriteDomesticConsentResponse5; with in (the
 // answer to our POST), its Initiation must be ours.
 func parseConsent(body []byte, in *Initiation) (bankclient.Consent, error) {
-	if err := bankclient.CheckJSONKeys(body); err != nil {
+	if err := bankhttp.CheckJSONKeys(body); err != nil {
 		return bankclient.Consent{}, err
 	}
 	var r consentResponse

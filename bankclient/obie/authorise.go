@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 )
 
 // The account holder's authorisation (payment initiation profile, Grant
@@ -296,7 +297,7 @@ func (c *Client) tokenRequest(ctx context.Context, op string, form url.Values) (
 		if a.ExpiresIn > 0 {
 			exp = c.now().Add(time.Duration(a.ExpiresIn) * time.Second)
 		}
-		if err := bankclient.CheckToken(a.AccessToken, "the access token"); err != nil {
+		if err := bankhttp.CheckToken(a.AccessToken, "the access token"); err != nil {
 			outcome = bankclient.OutcomeAmbiguous
 			return tokens{}, time.Time{}, &bankclient.AmbiguousError{Op: op, StatusCode: res.StatusCode, Attempts: 1, Err: fmt.Errorf("%w: %w", bankclient.ErrMalformedResponse, err)}
 		}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 	"github.com/settle/settle/bankclient/obie/jws"
 )
 
@@ -97,7 +98,7 @@ var (
 // key (every POST must be signed) nor without a token key (the account
 // holders' tokens are kept sealed with it).
 func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
-	base, loopback, err := bankclient.ParseRemote(baseURL, opts, "Open Banking", "access token")
+	base, loopback, err := bankhttp.ParseRemote(baseURL, opts, "Open Banking", "access token")
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +209,7 @@ func httpClient(opts bankclient.Options, https bool) (*http.Client, error) {
 	case opts.HTTPClient != nil:
 		hc = *opts.HTTPClient
 	default:
-		tr, err := opts.Transport()
+		tr, err := bankhttp.Transport(opts)
 		if err != nil {
 			return nil, err
 		}
@@ -494,12 +495,12 @@ func (c *Client) roundTrip(ctx context.Context, auth bankclient.Secret, method, 
 }
 
 // call runs attempt under the client's retry policy (see
-// bankclient.RetryCall). A definitive answer after an ambiguous one is
+// bankhttp.RetryCall). A definitive answer after an ambiguous one is
 // reported as the ambiguous one: a wait before the later attempt (the rate
 // limit, the duplicate gap) may have ended it, but an earlier attempt did
 // leave, and its answer is what the caller must know.
 func call[T any](ctx context.Context, c *Client, op, key string, attempt func(context.Context) (T, answer)) (T, error) {
-	r := bankclient.Retrier{
+	r := bankhttp.Retrier{
 		Policy:         c.retry,
 		Timeout:        c.timeout,
 		Observe:        c.observe,
@@ -511,9 +512,9 @@ func call[T any](ctx context.Context, c *Client, op, key string, attempt func(co
 				slog.Int("status", ae.StatusCode), slog.String("error", ae.Err.Error()))
 		},
 	}
-	return bankclient.RetryCall(ctx, r, op, key, func(actx context.Context) (T, bankclient.Attempt) {
+	return bankhttp.RetryCall(ctx, r, op, key, func(actx context.Context) (T, bankhttp.Attempt) {
 		res, a := attempt(actx)
-		return res, bankclient.Attempt{Outcome: a.outcome, Err: a.err, Retry: a.retry}
+		return res, bankhttp.Attempt{Outcome: a.outcome, Err: a.err, Retry: a.retry}
 	})
 }
 

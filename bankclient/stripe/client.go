@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 )
 
 // Client is a bankclient.Bank that pays settlements out through Stripe. It
@@ -40,7 +41,7 @@ var (
 // the connected account opts.Account. stripe-go's own network retries are
 // off: the retries of opts.Retry are ours, under the same key.
 func New(baseURL string, opts bankclient.Options) (*Client, error) {
-	base, _, err := bankclient.ParseRemote(baseURL, opts, "Stripe", "secret key")
+	base, _, err := bankhttp.ParseRemote(baseURL, opts, "Stripe", "secret key")
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +95,7 @@ func httpClient(opts bankclient.Options) (*http.Client, error) {
 	case opts.HTTPClient != nil:
 		hc = *opts.HTTPClient
 	default:
-		tr, err := opts.Transport()
+		tr, err := bankhttp.Transport(opts)
 		if err != nil {
 			return nil, err
 		}
@@ -278,10 +279,10 @@ type answer struct {
 }
 
 // call runs attempt under the client's retry policy (see
-// bankclient.RetryCall), each attempt after its turn under the client's
+// bankhttp.RetryCall), each attempt after its turn under the client's
 // rate limit.
 func call[T any](ctx context.Context, c *Client, op, key string, attempt func(context.Context) (T, answer)) (T, error) {
-	r := bankclient.Retrier{
+	r := bankhttp.Retrier{
 		Policy:  c.retry,
 		Timeout: c.timeout,
 		Observe: c.observe,
@@ -300,8 +301,8 @@ func call[T any](ctx context.Context, c *Client, op, key string, attempt func(co
 			return nil
 		}
 	}
-	return bankclient.RetryCall(ctx, r, op, key, func(actx context.Context) (T, bankclient.Attempt) {
+	return bankhttp.RetryCall(ctx, r, op, key, func(actx context.Context) (T, bankhttp.Attempt) {
 		res, a := attempt(actx)
-		return res, bankclient.Attempt{Outcome: a.outcome, Err: a.err, Retry: a.retry}
+		return res, bankhttp.Attempt{Outcome: a.outcome, Err: a.err, Retry: a.retry}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 	"github.com/settle/settle/bankclient/connectortest"
 	"github.com/settle/settle/bankclient/stripe"
 )
@@ -21,7 +22,7 @@ var target = connectortest.Target{
 	},
 	SignWebhook: func(body []byte, secret string, at time.Time) http.Header {
 		h := http.Header{}
-		h.Set(stripe.SignatureHeader, bankclient.SignHMAC(body, secret, at))
+		h.Set(stripe.SignatureHeader, bankhttp.SignHMAC(body, secret, at))
 		return h
 	},
 	WebhookBody: func(p bankclient.Payment) []byte {

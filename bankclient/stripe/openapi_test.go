@@ -36,7 +36,7 @@ func TestConformanceAgainstStripesSpec(t *testing.T) {
 func TestListPagesAgainstStripesSpec(t *testing.T) {
 	t.Parallel()
 	v := stripetest.NewValidator(t)
-	bank, u := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Faults: bankclient.Faults{SettleDelayMS: 1}, Profile: "stripe"})
+	bank, u := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Faults: fakebank.Faults{SettleDelayMS: 1}, Profile: "stripe"})
 	c, err := stripe.New(u, bankclient.Options{Token: "sk_test_x", Account: "acct_1Test", HTTPClient: &http.Client{Transport: v}})
 	if err != nil {
 		t.Fatal(err)

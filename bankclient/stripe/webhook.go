@@ -10,6 +10,7 @@ import (
 	stripe "github.com/stripe/stripe-go/v82"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 )
 
 // SignatureHeader carries the signature of Stripe's webhooks
@@ -34,14 +35,14 @@ type Event struct {
 // VerifyWebhook checks a Stripe webhook: its Stripe-Signature in
 // Stripe's scheme (HMAC-SHA256 of "<t>.<body>" under the endpoint's signing
 // secret, https://docs.stripe.com/webhooks#verify-events), read once by
-// bankclient.ParseSignatureHeader so that the t= the HMAC covers is the one
+// bankhttp.ParseSignatureHeader so that the t= the HMAC covers is the one
 // checked against bankclient.WebhookTolerance (a header with two is
 // refused: an old signature with a fresh t= in front would otherwise pass),
 // and returns the payout a payout.* event names (its id and the reference
 // we sent, from its metadata). Any other event is refused as malformed:
 // it names no payout.
 func VerifyWebhook(h http.Header, body []byte, secret string, now time.Time) (bankclient.Hint, error) {
-	if err := bankclient.VerifyHMACSignature(h.Get(SignatureHeader), body, secret, now, bankclient.WebhookTolerance); err != nil {
+	if err := bankhttp.VerifyHMACSignature(h.Get(SignatureHeader), body, secret, now, bankclient.WebhookTolerance); err != nil {
 		return bankclient.Hint{}, err
 	}
 	var ev Event

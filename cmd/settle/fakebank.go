@@ -212,8 +212,8 @@ func cmdFakebank(ctx context.Context, args []string, s Stdio) int {
 // initialFaults builds the starting fault profile: --faults, then
 // --settle-delay and --key-ttl when given on the command line, or when
 // --faults does not set them.
-func initialFaults(fs *flag.FlagSet, faultsJSON string, settleDelay, keyTTL time.Duration) (bankclient.Faults, error) {
-	var f bankclient.Faults
+func initialFaults(fs *flag.FlagSet, faultsJSON string, settleDelay, keyTTL time.Duration) (fakebank.Faults, error) {
+	var f fakebank.Faults
 	fields := map[string]json.RawMessage{}
 	if faultsJSON != "" {
 		dec := json.NewDecoder(strings.NewReader(faultsJSON))

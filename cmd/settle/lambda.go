@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/database"
@@ -132,7 +133,7 @@ type lambdaOptions struct {
 // River's insert-only client for the send jobs) as the worker builds it.
 func newLambdaHandler(pool *pgxpool.Pool, o lambdaOptions) (*sqssrc.LambdaHandler, error) {
 	if len(o.banks) == 0 {
-		o.banks = []string{bankclient.SettleConnector.Name}
+		o.banks = []string{settle.Connector.Name}
 	}
 	var conns []bankclient.Connector
 	for _, name := range o.banks {

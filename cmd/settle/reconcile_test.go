@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/testsupport/bintest"
@@ -29,13 +30,13 @@ type reconcileBundle struct {
 	db      *dbtest.DB
 	bank    *fakebank.Bank
 	bankURL string
-	client  *bankclient.Client
+	client  *settle.Client
 }
 
 func setupReconcile(t *testing.T) *reconcileBundle {
 	t.Helper()
 	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 1})
-	client, err := bankclient.New(url, bankclient.Options{Timeout: 5 * time.Second})
+	client, err := settle.New(url, bankclient.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
 )
 
 // client is the suite's plain HTTP client for one bank. It deliberately does
@@ -82,9 +84,9 @@ func (r response) decode(t *testing.T, v any) {
 }
 
 // errorBody decodes the body as an error and checks it names an error.
-func (r response) errorBody(t *testing.T) bankclient.ErrorBody {
+func (r response) errorBody(t *testing.T) settle.ErrorBody {
 	t.Helper()
-	var e bankclient.ErrorBody
+	var e settle.ErrorBody
 	r.decode(t, &e)
 	if e.Error == "" {
 		t.Fatalf("error answer without an error code: %s", r)
@@ -177,7 +179,7 @@ func (c *client) mustByKey(t *testing.T, key string) bankclient.Payment {
 }
 
 // setFaults replaces the fault profile.
-func (c *client) setFaults(t *testing.T, f bankclient.Faults) {
+func (c *client) setFaults(t *testing.T, f fakebank.Faults) {
 	t.Helper()
 	r := c.must(t, http.MethodPut, "/admin/faults", nil, mustJSON(t, f))
 	if r.status != http.StatusOK {
@@ -186,25 +188,25 @@ func (c *client) setFaults(t *testing.T, f bankclient.Faults) {
 }
 
 // faults returns the fault profile.
-func (c *client) faults(t *testing.T) bankclient.Faults {
+func (c *client) faults(t *testing.T) fakebank.Faults {
 	t.Helper()
 	r := c.must(t, http.MethodGet, "/admin/faults", nil, nil)
 	if r.status != http.StatusOK {
 		t.Fatalf("GET /admin/faults: want 200, got %s", r)
 	}
-	var f bankclient.Faults
+	var f fakebank.Faults
 	r.decode(t, &f)
 	return f
 }
 
 // stats returns the bank's stats.
-func (c *client) stats(t *testing.T) bankclient.Stats {
+func (c *client) stats(t *testing.T) fakebank.Stats {
 	t.Helper()
 	r := c.must(t, http.MethodGet, "/admin/stats", nil, nil)
 	if r.status != http.StatusOK {
 		t.Fatalf("GET /admin/stats: want 200, got %s", r)
 	}
-	var s bankclient.Stats
+	var s fakebank.Stats
 	r.decode(t, &s)
 	return s
 }

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
 )
 
 // testCase is one conformance case. Cases run one after another on the
@@ -39,7 +41,7 @@ func Run(t *testing.T, baseURL string) {
 	t.Cleanup(func() { c.setFaults(t, orig) })
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
-			c.setFaults(t, bankclient.Faults{})
+			c.setFaults(t, fakebank.Faults{})
 			tc.run(t, c)
 		})
 	}
@@ -65,7 +67,7 @@ func cases() []testCase {
 		}},
 
 		{"new key creates an accepted payment", func(t *testing.T, c *client) {
-			c.setFaults(t, bankclient.Faults{SettleDelayMS: hour})
+			c.setFaults(t, fakebank.Faults{SettleDelayMS: hour})
 			key, req := c.unique("key"), c.newRequest()
 			p := c.create(t, key, req)
 			checkPayment(t, p, key, req)
@@ -88,7 +90,7 @@ func cases() []testCase {
 		}},
 
 		{"settlement failure rate 1 settles as failed", func(t *testing.T, c *client) {
-			c.setFaults(t, bankclient.Faults{SettlementFailureRate: 1})
+			c.setFaults(t, fakebank.Faults{SettlementFailureRate: 1})
 			key, req := c.unique("key"), c.newRequest()
 			c.create(t, key, req)
 			var p bankclient.Payment
@@ -152,8 +154,8 @@ func cases() []testCase {
 			if r.status != http.StatusUnprocessableEntity {
 				t.Fatalf("want 422, got %s", r)
 			}
-			if e := r.errorBody(t); e.Error != bankclient.ErrorCodeKeyReuse {
-				t.Fatalf("want error %q, got %q", bankclient.ErrorCodeKeyReuse, e.Error)
+			if e := r.errorBody(t); e.Error != settle.ErrorCodeKeyReuse {
+				t.Fatalf("want error %q, got %q", settle.ErrorCodeKeyReuse, e.Error)
 			}
 			after := c.stats(t)
 			if after.Payments != before.Payments || after.KeyReuseConflicts != before.KeyReuseConflicts+1 {
@@ -202,18 +204,18 @@ func cases() []testCase {
 
 		{"reject rate 1 rejects definitively, pinned to the key", func(t *testing.T, c *client) {
 			before := c.stats(t).Payments
-			c.setFaults(t, bankclient.Faults{RejectRate: 1})
+			c.setFaults(t, fakebank.Faults{RejectRate: 1})
 			key, req := c.unique("key"), c.newRequest()
 			r := c.post(t, key, req)
 			if r.status != http.StatusUnprocessableEntity {
 				t.Fatalf("want 422, got %s", r)
 			}
-			if e := r.errorBody(t); e.Error != bankclient.ErrorCodeRejected {
-				t.Fatalf("want error %q, got %q", bankclient.ErrorCodeRejected, e.Error)
+			if e := r.errorBody(t); e.Error != settle.ErrorCodeRejected {
+				t.Fatalf("want error %q, got %q", settle.ErrorCodeRejected, e.Error)
 			}
-			c.setFaults(t, bankclient.Faults{})
+			c.setFaults(t, fakebank.Faults{})
 			r = c.post(t, key, req)
-			if r.status != http.StatusUnprocessableEntity || r.errorBody(t).Error != bankclient.ErrorCodeRejected {
+			if r.status != http.StatusUnprocessableEntity || r.errorBody(t).Error != settle.ErrorCodeRejected {
 				t.Fatalf("retry after the rejection: want 422 rejected, got %s", r)
 			}
 			if r := c.byKey(t, key); r.status != http.StatusNotFound {
@@ -245,11 +247,11 @@ func cases() []testCase {
 				{"amount as string", withAmount(`"100"`), 400, ""},
 				{"amount overflowing int64", withAmount("92233720368547758070"), 400, ""},
 				{"oversize body", `{"reference":"` + strings.Repeat("x", 70<<10) + `"}`, 413, ""},
-				{"zero amount", withAmount("0"), 422, bankclient.ErrorCodeRejected},
-				{"negative amount", withAmount("-5"), 422, bankclient.ErrorCodeRejected},
-				{"lower-case currency", strings.Replace(valid, `"EUR"`, `"eur"`, 1), 422, bankclient.ErrorCodeRejected},
-				{"four-letter currency", strings.Replace(valid, `"EUR"`, `"EURO"`, 1), 422, bankclient.ErrorCodeRejected},
-				{"missing reference", `{"amount_cents":1,"currency":"EUR","debtor_account":"D","creditor_account":"C"}`, 422, bankclient.ErrorCodeRejected},
+				{"zero amount", withAmount("0"), 422, settle.ErrorCodeRejected},
+				{"negative amount", withAmount("-5"), 422, settle.ErrorCodeRejected},
+				{"lower-case currency", strings.Replace(valid, `"EUR"`, `"eur"`, 1), 422, settle.ErrorCodeRejected},
+				{"four-letter currency", strings.Replace(valid, `"EUR"`, `"EURO"`, 1), 422, settle.ErrorCodeRejected},
+				{"missing reference", `{"amount_cents":1,"currency":"EUR","debtor_account":"D","creditor_account":"C"}`, 422, settle.ErrorCodeRejected},
 			}
 			for _, tc := range bodies {
 				r := c.postRaw(t, c.unique("key"), []byte(tc.body))
@@ -280,7 +282,7 @@ func cases() []testCase {
 		}},
 
 		{"statement lists every payment in creation order with stable cursors", func(t *testing.T, c *client) {
-			c.setFaults(t, bankclient.Faults{SettleDelayMS: hour})
+			c.setFaults(t, fakebank.Faults{SettleDelayMS: hour})
 			var mine []bankclient.Payment
 			var reqs []bankclient.PaymentRequest
 			for i := range 5 {
@@ -340,7 +342,7 @@ func cases() []testCase {
 		}},
 
 		{"PUT /admin/faults replaces the whole profile and validates it", func(t *testing.T, c *client) {
-			full := bankclient.Faults{
+			full := fakebank.Faults{
 				FailBeforeRate: 0.01, DropResponseRate: 0.02, StatusErrorRate: 0.03, RejectRate: 0.04,
 				SettlementFailureRate: 0.05, LatencyMinMS: 0, LatencyMaxMS: 1, SettleDelayMS: 7, KeyTTLMS: hour,
 			}
@@ -352,7 +354,7 @@ func cases() []testCase {
 			if r.status != http.StatusOK {
 				t.Fatalf("partial PUT: want 200, got %s", r)
 			}
-			if got, want := c.faults(t), (bankclient.Faults{SettleDelayMS: 9}); got != want {
+			if got, want := c.faults(t), (fakebank.Faults{SettleDelayMS: 9}); got != want {
 				t.Fatalf("absent fields must become 0: want %+v, got %+v", want, got)
 			}
 			for _, body := range []string{
@@ -364,20 +366,20 @@ func cases() []testCase {
 					t.Errorf("PUT %s: want 400, got %s", body, r)
 				}
 			}
-			if got, want := c.faults(t), (bankclient.Faults{SettleDelayMS: 9}); got != want {
+			if got, want := c.faults(t), (fakebank.Faults{SettleDelayMS: 9}); got != want {
 				t.Fatalf("an invalid PUT changed the profile to %+v", got)
 			}
 		}},
 
 		{"fail_before rate 1 answers 5xx and creates nothing", func(t *testing.T, c *client) {
 			before := c.stats(t).Payments
-			c.setFaults(t, bankclient.Faults{FailBeforeRate: 1})
+			c.setFaults(t, fakebank.Faults{FailBeforeRate: 1})
 			key := c.unique("key")
 			r := c.post(t, key, c.newRequest())
 			if r.status < 500 {
 				t.Fatalf("want 5xx, got %s", r)
 			}
-			c.setFaults(t, bankclient.Faults{})
+			c.setFaults(t, fakebank.Faults{})
 			if r := c.byKey(t, key); r.status != http.StatusNotFound {
 				t.Fatalf("by-key after fail_before: want 404, got %s", r)
 			}
@@ -388,7 +390,7 @@ func cases() []testCase {
 
 		{"drop_response rate 1 processes the payment but loses the answer", func(t *testing.T, c *client) {
 			before := c.stats(t).Payments
-			c.setFaults(t, bankclient.Faults{DropResponseRate: 1})
+			c.setFaults(t, fakebank.Faults{DropResponseRate: 1})
 			var keys []string
 			for range 8 {
 				key := c.unique("key")
@@ -399,7 +401,7 @@ func cases() []testCase {
 					t.Fatalf("want no answer or 504, got %s", r)
 				}
 			}
-			c.setFaults(t, bankclient.Faults{})
+			c.setFaults(t, fakebank.Faults{})
 			for _, key := range keys {
 				c.mustByKey(t, key)
 			}
@@ -411,20 +413,20 @@ func cases() []testCase {
 		{"status_error rate 1 fails status calls with 5xx", func(t *testing.T, c *client) {
 			key := c.unique("key")
 			c.create(t, key, c.newRequest())
-			c.setFaults(t, bankclient.Faults{StatusErrorRate: 1})
+			c.setFaults(t, fakebank.Faults{StatusErrorRate: 1})
 			if r := c.byKey(t, key); r.status < 500 {
 				t.Fatalf("want 5xx, got %s", r)
 			}
-			c.setFaults(t, bankclient.Faults{})
+			c.setFaults(t, fakebank.Faults{})
 			c.mustByKey(t, key)
 		}},
 
 		{"latency holds the answer back and ends with the caller", func(t *testing.T, c *client) {
-			c.setFaults(t, bankclient.Faults{LatencyMinMS: 1, LatencyMaxMS: 3})
+			c.setFaults(t, fakebank.Faults{LatencyMinMS: 1, LatencyMaxMS: 3})
 			key := c.unique("key")
 			c.create(t, key, c.newRequest())
 			c.mustByKey(t, key)
-			c.setFaults(t, bankclient.Faults{LatencyMinMS: hour, LatencyMaxMS: hour})
+			c.setFaults(t, fakebank.Faults{LatencyMinMS: hour, LatencyMaxMS: hour})
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
 			_, err := c.do(ctx, http.MethodGet, "/v1/payments/by-key/"+key, nil, nil)
@@ -434,13 +436,13 @@ func cases() []testCase {
 		}},
 
 		{"key TTL: a forgotten key creates a second payment", func(t *testing.T, c *client) {
-			c.setFaults(t, bankclient.Faults{KeyTTLMS: 1})
+			c.setFaults(t, fakebank.Faults{KeyTTLMS: 1})
 			key, req := c.unique("key"), c.newRequest()
 			first := c.create(t, key, req)
 			eventually(t, "the bank forgets the key", func() bool {
 				return c.byKey(t, key).status == http.StatusNotFound
 			})
-			c.setFaults(t, bankclient.Faults{})
+			c.setFaults(t, fakebank.Faults{})
 			second := c.create(t, key, req)
 			if second.ID == first.ID {
 				t.Fatalf("want a new payment, got the old one %s", first.ID)

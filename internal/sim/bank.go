@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
@@ -307,7 +308,7 @@ func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.Se
 		}
 		if e.payment == nil {
 			b.logf("send %s: rejection replayed", key)
-			return bankclient.SendResult{}, &bankclient.RejectedError{StatusCode: http.StatusUnprocessableEntity, Code: bankclient.ErrorCodeRejected, Reason: e.rejection}
+			return bankclient.SendResult{}, &bankclient.RejectedError{StatusCode: http.StatusUnprocessableEntity, Code: settle.ErrorCodeRejected, Reason: e.rejection}
 		}
 		b.logf("send %s: replayed %s", key, e.payment.id)
 		if b.cfg.Caps.Replay == bankclient.ReplayOriginal {
@@ -333,7 +334,7 @@ func (b *Bank) execute(key string, req bankclient.PaymentRequest) (bankclient.Se
 	if req.AmountCents <= 0 || req.Reference == "" || b.chance(b.faults.Reject) {
 		e.rejection = "declined: simulated"
 		b.logf("send %s: rejected", key)
-		return bankclient.SendResult{}, &bankclient.RejectedError{StatusCode: http.StatusUnprocessableEntity, Code: bankclient.ErrorCodeRejected, Reason: e.rejection}
+		return bankclient.SendResult{}, &bankclient.RejectedError{StatusCode: http.StatusUnprocessableEntity, Code: settle.ErrorCodeRejected, Reason: e.rejection}
 	}
 	p := &simPayment{
 		id:        "pay_" + strconv.Itoa(len(b.payments)+1),

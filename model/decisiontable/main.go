@@ -29,6 +29,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/obie"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/internal/sim"
 	"github.com/settle/settle/reconcile"
@@ -71,7 +72,7 @@ func Banks() []Bank {
 		panic("decisiontable: no simulation capability set " + name)
 	}
 	return []Bank{
-		{"BANK_SETTLE", "bankclient.SettleConnector (settle's own protocol: lookup by our key)", bankclient.SettleConnector.Capabilities},
+		{"BANK_SETTLE", "settle.Connector (settle's own protocol: lookup by our key)", settle.Connector.Capabilities},
 		{"BANK_STRIPE", "bankclient/stripe (by the bank's id, original response replayed, searchable list)", stripe.Capabilities},
 		{"BANK_OBIE", "bankclient/obie (consent, by the bank's id, current resource replayed, no list)", obie.Capabilities},
 		{"BANK_LISTONLY", "internal/sim list-only (only the bank's list can be searched)", simCaps("list-only")},

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/audit"
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
@@ -22,7 +22,7 @@ import (
 // startBank starts a fakebank, closed when the test ends.
 func startBank(t *testing.T) *loadtest.Bank {
 	t.Helper()
-	b, err := loadtest.StartBank(7, bankclient.Faults{})
+	b, err := loadtest.StartBank(7, fakebank.Faults{})
 	if err != nil {
 		t.Fatal(err)
 	}

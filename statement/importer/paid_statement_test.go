@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
@@ -21,7 +20,7 @@ import (
 // changes nothing.
 func TestStatementResolvesLostAnswers(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{DropResponseRate: 1})
+	b := setupResolver(t, fakebank.Faults{DropResponseRate: 1})
 	ctx := context.Background()
 	for _, id := range []string{"paid-uncertain", "paid-flagged"} {
 		insertSettlement(t, b.db, id, 1234)
@@ -74,7 +73,7 @@ func TestStatementResolvesLostAnswers(t *testing.T) {
 // reference for another amount is flagged, never booked.
 func TestStatementPaysAnotherAmount(t *testing.T) {
 	t.Parallel()
-	b := setupResolver(t, bankclient.Faults{DropResponseRate: 1})
+	b := setupResolver(t, fakebank.Faults{DropResponseRate: 1})
 	ctx := context.Background()
 	insertSettlement(t, b.db, "paid-other", 500)
 	if _, err := b.r.Send(ctx, "paid-other", nil); err != nil {

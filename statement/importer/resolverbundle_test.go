@@ -9,6 +9,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/metrics"
@@ -25,7 +26,7 @@ type resolverBundle struct {
 	r    *reconcile.Resolver
 }
 
-func setupResolver(t *testing.T, faults bankclient.Faults) *resolverBundle {
+func setupResolver(t *testing.T, faults fakebank.Faults) *resolverBundle {
 	t.Helper()
 	return setupResolverOpts(t, fakebank.Options{Seed: 7, Faults: faults})
 }
@@ -34,7 +35,7 @@ func setupResolverOpts(t *testing.T, opts fakebank.Options) *resolverBundle {
 	t.Helper()
 	db := dbtest.New(t)
 	bank, url := fakebanktest.NewServer(t, opts)
-	client, err := bankclient.New(url, bankclient.Options{Timeout: 2 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
+	client, err := settle.New(url, bankclient.Options{Timeout: 2 * time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
@@ -43,7 +42,7 @@ type e2eRun struct {
 // cfg.LatencySettlements against one that answers in cfg.BankLatency, then
 // counts the send job's own cost in process.
 func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, trips *tripCounter, r *Result) error {
-	run, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{}, cfg.E2ESettlements, "e2e")
+	run, err := runE2E(ctx, cfg, pool, dbURL, fakebank.Faults{}, cfg.E2ESettlements, "e2e")
 	if err != nil {
 		return err
 	}
@@ -73,7 +72,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	defer closeSink()
 	var withSink []e2eRun
 	for i := range 2 {
-		ev, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{}, cfg.E2ESettlements, fmt.Sprintf("e2e-events%d", i+1), sinkURL)
+		ev, err := runE2E(ctx, cfg, pool, dbURL, fakebank.Faults{}, cfg.E2ESettlements, fmt.Sprintf("e2e-events%d", i+1), sinkURL)
 		if err != nil {
 			return fmt.Errorf("with a webhook sink: %w", err)
 		}
@@ -84,7 +83,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 			return err
 		}
 	}
-	again, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{}, cfg.E2ESettlements, "e2e-again")
+	again, err := runE2E(ctx, cfg, pool, dbURL, fakebank.Faults{}, cfg.E2ESettlements, "e2e-again")
 	if err != nil {
 		return err
 	}
@@ -100,7 +99,7 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	}
 
 	ms := cfg.BankLatency.Milliseconds()
-	slow, err := runE2E(ctx, cfg, pool, dbURL, bankclient.Faults{LatencyMinMS: ms, LatencyMaxMS: ms}, cfg.LatencySettlements, "e2e-slow")
+	slow, err := runE2E(ctx, cfg, pool, dbURL, fakebank.Faults{LatencyMinMS: ms, LatencyMaxMS: ms}, cfg.LatencySettlements, "e2e-slow")
 	if err != nil {
 		return fmt.Errorf("with a bank answering in %s: %w", cfg.BankLatency, err)
 	}
@@ -121,13 +120,13 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 // River jobs worked, the commits and rows written, and reads the worker's
 // peak RSS. With sinkURL, the worker relays the outcome events there
 // (--events-url) and the run also times them until every one is delivered.
-func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, faults bankclient.Faults, n int, prefix string, sinkURL ...string) (e2eRun, error) {
+func runE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, faults fakebank.Faults, n int, prefix string, sinkURL ...string) (e2eRun, error) {
 	return runE2EWith(ctx, cfg, pool, dbURL, e2eOptions{faults: faults, n: n, prefix: prefix, sinkURL: sinkURL})
 }
 
 // e2eOptions configure one end-to-end run.
 type e2eOptions struct {
-	faults  bankclient.Faults
+	faults  fakebank.Faults
 	n       int
 	prefix  string
 	sinkURL []string

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/ledger"
 )
 
@@ -51,7 +51,7 @@ func measureFunds(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL str
 	}
 	var base []float64
 	for _, run := range runs {
-		run.o.n, run.o.faults = n, bankclient.Faults{}
+		run.o.n, run.o.faults = n, fakebank.Faults{}
 		got, err := runE2EWith(ctx, cfg, pool, dbURL, run.o)
 		if err != nil {
 			return fmt.Errorf("%s: %w", run.name, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/reconcile"
@@ -33,7 +34,7 @@ func measureSendCost(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL 
 		return err
 	}
 	defer bank.Close()
-	conn := bankclient.SettleConnector
+	conn := settle.Connector
 	client, err := conn.New(bankURL, bankclient.Options{})
 	if err != nil {
 		return err

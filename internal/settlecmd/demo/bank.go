@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 )
 
@@ -21,7 +20,7 @@ import (
 // they settled, as ACH and SEPA returns do days later. At a bank that needs
 // a consent per payment (obie), the customer authorises each 200 ms after
 // it was asked for.
-var Profiles = map[string]bankclient.Faults{
+var Profiles = map[string]fakebank.Faults{
 	"none": {SettleDelayMS: 300, ConsentDelayMS: 200},
 	"flaky": {
 		FailBeforeRate: 0.05, DropResponseRate: 0.20, StatusErrorRate: 0.05,
@@ -40,7 +39,7 @@ var Profiles = map[string]bankclient.Faults{
 }
 
 // describe says in words what a profile does.
-func describe(f bankclient.Faults) string {
+func describe(f fakebank.Faults) string {
 	if f.FailBeforeRate+f.DropResponseRate+f.StatusErrorRate+f.RejectRate+f.SettlementFailureRate == 0 && f.LatencyMaxMS == 0 {
 		return "no faults"
 	}
@@ -85,7 +84,7 @@ type bankServer struct {
 	payments, created, replayed, rejected, dropped, refused, statusCalls, statusErrors atomic.Int64
 }
 
-func startBank(seed int64, faults bankclient.Faults, profile string, jwsKey *rsa.PublicKey) (*bankServer, error) {
+func startBank(seed int64, faults fakebank.Faults, profile string, jwsKey *rsa.PublicKey) (*bankServer, error) {
 	b, err := fakebank.New(fakebank.Options{Seed: seed, Faults: faults, Profile: profile, JWSPublicKey: jwsKey})
 	if err != nil {
 		return nil, fmt.Errorf("error creating the bank: %w", err)

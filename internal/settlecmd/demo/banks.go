@@ -15,6 +15,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/settlecmd/submit"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 )
@@ -31,7 +32,7 @@ var SeveralBanks = []string{"settle", "stripe"}
 // the event's bank field. Every settlement must end terminal, paid once at
 // its own bank: each bank's books are checked against that bank's
 // settlements alone.
-func runBanks(ctx context.Context, o Options, names []string, faults bankclient.Faults, start time.Time) (Report, error) {
+func runBanks(ctx context.Context, o Options, names []string, faults fakebank.Faults, start time.Time) (Report, error) {
 	for _, n := range names {
 		if !slices.Contains(SeveralBanks, n) {
 			return Report{}, fmt.Errorf("the demo of several banks runs %s, not %s", strings.Join(SeveralBanks, " and "), n)
@@ -172,7 +173,7 @@ func runBanks(ctx context.Context, o Options, names []string, faults bankclient.
 	say("")
 	say("%-8s %12s %10s %8s %9s %10s %9s %14s", "bank", "settlements", "confirmed", "failed", "returned", "payments", "matched", "discrepancies")
 	for _, b := range banks {
-		if err := b.server.bank.SetFaults(bankclient.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
+		if err := b.server.bank.SetFaults(fakebank.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
 			return rep, fmt.Errorf("error calming the %s bank: %w", b.name, err)
 		}
 		conn, err := bankclient.Lookup(b.name)

@@ -38,6 +38,7 @@ import (
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/obie"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/cli"
@@ -102,7 +103,7 @@ type Report struct {
 	StatementDays []string
 	Imports       []importer.ImportResult
 	StatementBank audit.BankCounts
-	BankStats     bankclient.Stats
+	BankStats     fakebank.Stats
 	Traffic       BankTraffic
 	// asked says how the connector's bank was asked about a lost answer;
 	// caps is what it can do.
@@ -178,7 +179,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 		o.Events = 200
 	}
 	if o.Bank == "" {
-		o.Bank = bankclient.SettleConnector.Name
+		o.Bank = settle.Connector.Name
 	}
 	if o.Faults == "" {
 		o.Faults = "flaky"
@@ -426,7 +427,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 
 	// The reports, against a calm bank (the storm is over; the report only
 	// reads). Settled payments still come back, and at least a few do.
-	if err := bank.bank.SetFaults(bankclient.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
+	if err := bank.bank.SetFaults(fakebank.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
 		return rep, fmt.Errorf("error calming the bank: %w", err)
 	}
 	// The bank's books, through its API where it has a list of payments,

@@ -26,7 +26,7 @@ const minReturns = 3
 //
 // A bank that reports returns only on its statements (watched false) is
 // not waited for: its statement, imported next, books them.
-func (o Options) returns(ctx context.Context, pool *pgxpool.Pool, bank *bankServer, client bankclient.Bank, f bankclient.Faults, watched bool) error {
+func (o Options) returns(ctx context.Context, pool *pgxpool.Pool, bank *bankServer, client bankclient.Bank, f fakebank.Faults, watched bool) error {
 	window := time.Duration(f.SettleDelayMS+f.ReturnAfterMS)*time.Millisecond + time.Second
 	var back []string
 	err := o.poll(ctx, "the bank's returns", func() (bool, string, error) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
@@ -65,7 +65,7 @@ func TestStripeIntakeAndWebhooks(t *testing.T) {
 		return resp.StatusCode
 	}
 	sign := func(body []byte, key string) http.Header {
-		return http.Header{stripe.SignatureHeader: {bankclient.SignHMAC(body, key, time.Now())}}
+		return http.Header{stripe.SignatureHeader: {bankhttp.SignHMAC(body, key, time.Now())}}
 	}
 	paid, _ := stripe.WebhookBody("evt_1", "payout.paid", map[string]any{
 		"id": "pay_000000000001", "object": "payout", "status": "paid", "metadata": map[string]string{"reference": "hinted-s"},
@@ -79,7 +79,7 @@ func TestStripeIntakeAndWebhooks(t *testing.T) {
 	}
 	// An hour-old signature given a fresh t= in front (issue 32): one
 	// parser reads both, and two t= are no header.
-	replayed := "t=" + strconv.FormatInt(time.Now().Unix(), 10) + "," + bankclient.SignHMAC(paid, secret, time.Now().Add(-time.Hour))
+	replayed := "t=" + strconv.FormatInt(time.Now().Unix(), 10) + "," + bankhttp.SignHMAC(paid, secret, time.Now().Add(-time.Hour))
 	if code := post(paid, http.Header{stripe.SignatureHeader: {replayed}}); code != http.StatusBadRequest {
 		t.Errorf("a replay with a fresh t= in front: %d, want 400", code)
 	}

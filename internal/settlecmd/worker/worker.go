@@ -32,6 +32,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/console"
 	"github.com/settle/settle/events"
 	"github.com/settle/settle/inspect"
@@ -218,7 +219,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:            DefaultListen,
 		BankURL:           bankclient.DefaultURL,
-		BankName:          bankclient.SettleConnector.Name,
+		BankName:          settle.Connector.Name,
 		ReplayHorizon:     intake.DefaultReplayHorizon,
 		BankKeyTTL:        reconcile.DefaultKeyTTL,
 		ConsentWait:       reconcile.DefaultConsentWait,

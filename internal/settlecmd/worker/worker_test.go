@@ -12,7 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/events/eventstest"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
@@ -57,7 +58,7 @@ func TestWebhookHints(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/bank/webhooks/settle", strings.NewReader(body))
 		if sig != "" {
-			req.Header.Set(bankclient.SettleSignatureHeader, sig)
+			req.Header.Set(settle.SignatureHeader, sig)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -74,11 +75,11 @@ func TestWebhookHints(t *testing.T) {
 		code            int
 	}{
 		{"no signature", hint, "", http.StatusBadRequest},
-		{"forged", hint, bankclient.SignHMAC([]byte(hint), "not-the-secret", now), http.StatusBadRequest},
-		{"tampered body", strings.Replace(hint, "700", "7000", 1), bankclient.SignHMAC([]byte(hint), secret, now), http.StatusBadRequest},
-		{"stale", hint, bankclient.SignHMAC([]byte(hint), secret, now.Add(-10*time.Minute)), http.StatusBadRequest},
-		{"names no payment", `{"type":"x"}`, bankclient.SignHMAC([]byte(`{"type":"x"}`), secret, now), http.StatusBadRequest},
-		{"unknown settlement", strings.Replace(hint, `"hinted"`, `"nobody"`, 1), bankclient.SignHMAC([]byte(strings.Replace(hint, `"hinted"`, `"nobody"`, 1)), secret, now), http.StatusOK},
+		{"forged", hint, bankhttp.SignHMAC([]byte(hint), "not-the-secret", now), http.StatusBadRequest},
+		{"tampered body", strings.Replace(hint, "700", "7000", 1), bankhttp.SignHMAC([]byte(hint), secret, now), http.StatusBadRequest},
+		{"stale", hint, bankhttp.SignHMAC([]byte(hint), secret, now.Add(-10*time.Minute)), http.StatusBadRequest},
+		{"names no payment", `{"type":"x"}`, bankhttp.SignHMAC([]byte(`{"type":"x"}`), secret, now), http.StatusBadRequest},
+		{"unknown settlement", strings.Replace(hint, `"hinted"`, `"nobody"`, 1), bankhttp.SignHMAC([]byte(strings.Replace(hint, `"hinted"`, `"nobody"`, 1)), secret, now), http.StatusOK},
 	} {
 		if code := post(tc.body, tc.sig); code != tc.code {
 			t.Errorf("%s: %d, want %d", tc.name, code, tc.code)
@@ -87,10 +88,10 @@ func TestWebhookHints(t *testing.T) {
 	if n := jobs(); n != 0 {
 		t.Fatalf("refused hints enqueued %d checks", n)
 	}
-	if code := post(hint, bankclient.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
+	if code := post(hint, bankhttp.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
 		t.Fatalf("a good hint: %d, want 202", code)
 	}
-	if code := post(hint, bankclient.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
+	if code := post(hint, bankhttp.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
 		t.Fatalf("the good hint again: %d, want 202", code)
 	}
 	if n := jobs(); n != 1 {
@@ -99,13 +100,13 @@ func TestWebhookHints(t *testing.T) {
 	if st := state(); st != "pending" {
 		t.Errorf("the hint's body moved the settlement to %s", st)
 	}
-	if code := post(hint, bankclient.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
+	if code := post(hint, bankhttp.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
 		t.Fatal("third hint refused")
 	}
 	if code := post(hint, ""); code != http.StatusBadRequest {
 		t.Fatal("unsigned hint accepted")
 	}
-	if code := post(hint, bankclient.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
+	if code := post(hint, bankhttp.SignHMAC([]byte(hint), secret, now)); code != http.StatusAccepted {
 		t.Fatal("hint refused")
 	}
 	if code, _ := settletest.Do(t, http.MethodPost, srv.URL+"/v1/bank/webhooks/stripe", "", hint); code != http.StatusNotFound {

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
@@ -31,12 +33,12 @@ import (
 func TestBankWebhooksResolveWithoutPolling(t *testing.T) {
 	t.Parallel()
 	for _, tg := range []target{
-		{name: bankclient.SettleConnector.Name, beneficiary: "bene-%04d"},
+		{name: settle.Connector.Name, beneficiary: "bene-%04d"},
 		{name: "stripe", beneficiary: "ba_wh%04d"},
 	} {
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
-			bankWebhooks(t, tg, bankclient.Faults{
+			bankWebhooks(t, tg, fakebank.Faults{
 				DropResponseRate: 0.15, LatencyMaxMS: 10, SettleDelayMS: 200,
 				ReturnRate: 0.2, ReturnAfterMS: 300,
 				WebhookDuplicateRate: 0.3, WebhookDelayMaxMS: 200,
@@ -51,7 +53,7 @@ func TestBankWebhooksResolveWithoutPolling(t *testing.T) {
 // twice.
 func TestBankWebhooksLostAndRepeated(t *testing.T) {
 	t.Parallel()
-	bankWebhooks(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-%04d"}, bankclient.Faults{
+	bankWebhooks(t, target{name: settle.Connector.Name, beneficiary: "bene-%04d"}, fakebank.Faults{
 		DropResponseRate: 0.15, StatusErrorRate: 0.1, LatencyMaxMS: 10, SettleDelayMS: 200,
 		ReturnRate: 0.2, ReturnAfterMS: 300,
 		WebhookLossRate: 0.3, WebhookDuplicateRate: 0.3, WebhookDelayMaxMS: 500,
@@ -61,7 +63,7 @@ func TestBankWebhooksLostAndRepeated(t *testing.T) {
 // bankWebhooks submits settlements to a worker whose bank pushes its status
 // changes, waits until every one is terminal and every payment the bank
 // returned is booked returned, and checks the invariants.
-func bankWebhooks(t *testing.T, tg target, faults bankclient.Faults, extra ...string) {
+func bankWebhooks(t *testing.T, tg target, faults fakebank.Faults, extra ...string) {
 	if testing.Short() {
 		t.Skip("multi-process end-to-end test")
 	}
@@ -78,13 +80,13 @@ func bankWebhooks(t *testing.T, tg target, faults bankclient.Faults, extra ...st
 
 	// Forged and replayed pushes are refused and change nothing.
 	forged := []byte(`{"type":"payment.settled","payment":{"id":"pay_000000000001","reference":"wh-0000"}}`)
-	header := bankclient.SettleSignatureHeader
+	header := settle.SignatureHeader
 	if tg.name == "stripe" {
 		header = stripe.SignatureHeader
 	}
 	for what, sig := range map[string]string{
-		"forged":   bankclient.SignHMAC(forged, "not-the-secret", time.Now()),
-		"replayed": bankclient.SignHMAC(forged, secret, time.Now().Add(-time.Hour)),
+		"forged":   bankhttp.SignHMAC(forged, "not-the-secret", time.Now()),
+		"replayed": bankhttp.SignHMAC(forged, secret, time.Now().Add(-time.Hour)),
 	} {
 		req, _ := http.NewRequest(http.MethodPost, hookURL, bytes.NewReader(forged))
 		req.Header.Set(header, sig)

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
@@ -22,7 +23,7 @@ import (
 // it at most once.
 func TestCrashPoints(t *testing.T) {
 	t.Parallel()
-	crashPoints(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-1"})
+	crashPoints(t, target{name: settle.Connector.Name, beneficiary: "bene-1"})
 }
 
 // TestCrashPointsStripe is TestCrashPoints through the Stripe connector
@@ -41,7 +42,7 @@ func TestCrashPointsStripe(t *testing.T) {
 // available (the checker's ledger rules hold too).
 func TestCrashPointsFundsCheck(t *testing.T) {
 	t.Parallel()
-	crashPoints(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-1", fundsCheck: true})
+	crashPoints(t, target{name: settle.Connector.Name, beneficiary: "bene-1", fundsCheck: true})
 }
 
 // target is a bank connector the end-to-end tests run against.
@@ -57,13 +58,13 @@ type target struct {
 	points []string
 	// start starts the fakebank with faults and returns it with the
 	// environment the workers need (its credentials); nil: startBankAs.
-	start func(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []string)
+	start func(t *testing.T, seed int64, faults fakebank.Faults) (*bank, []string)
 	// authorise: each payment waits for its account holder's
 	// authorisation, given through the console's links (accountHolder).
 	authorise bool
 }
 
-func (tg target) bank(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []string) {
+func (tg target) bank(t *testing.T, seed int64, faults fakebank.Faults) (*bank, []string) {
 	t.Helper()
 	if tg.start != nil {
 		return tg.start(t, seed, faults)
@@ -87,7 +88,7 @@ func crashPoints(t *testing.T, tg target) {
 			// The settle delay makes the confirmation happen in a
 			// reconcile_settlement job, after the send (and the consent
 			// delay, where there is one, a consent check before it).
-			b, env := tg.bank(t, 1, bankclient.Faults{SettleDelayMS: 300, ConsentDelayMS: 300})
+			b, env := tg.bank(t, 1, fakebank.Faults{SettleDelayMS: 300, ConsentDelayMS: 300})
 			flags := append(workerFlags(b.url), "--bank", tg.name)
 			ev := intake.Event{SettlementID: "crash-" + point, AccountID: "acc-1", AmountCents: 4242, Currency: tg.cur(), Beneficiary: tg.beneficiary, EventID: "first"}
 			if tg.fundsCheck {

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/internal/testsupport/workertest"
@@ -24,7 +25,7 @@ import (
 // otherwise, and the bank must have paid no settlement twice.
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
-	endToEnd(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-%04d"})
+	endToEnd(t, target{name: settle.Connector.Name, beneficiary: "bene-%04d"})
 }
 
 // TestEndToEndStripe is TestEndToEnd through the Stripe connector and the
@@ -62,7 +63,7 @@ func endToEnd(t *testing.T, tg target) {
 	)
 	db := dbtest.New(t)
 	name := tg.name
-	b, env := tg.bank(t, 42, bankclient.Faults{
+	b, env := tg.bank(t, 42, fakebank.Faults{
 		FailBeforeRate: 0.10, DropResponseRate: 0.20, StatusErrorRate: 0.15,
 		LatencyMinMS: 0, LatencyMaxMS: 40, SettlementFailureRate: 0.03, SettleDelayMS: 200, ConsentDelayMS: 150,
 		TokenErrorRate: 0.1, TokenDropRate: 0.2,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/events/kafkasink"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
@@ -48,7 +48,7 @@ func TestEventsPublishKafkaCrashPoints(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t)
 			kc := kafkatest.Start(t, 2, topic)
-			b := startBank(t, 1, bankclient.Faults{SettleDelayMS: 100})
+			b := startBank(t, 1, fakebank.Faults{SettleDelayMS: 100})
 			flags := append(workerFlags(b.url), "--events-publish", kc.Spec(topic),
 				"--events-retry-min", "50ms", "--events-retry-max", "500ms", "--events-timeout", "2s")
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)

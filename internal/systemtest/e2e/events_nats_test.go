@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/events/natssink"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
@@ -35,7 +35,7 @@ func TestEventsPublishNATSCrashPoints(t *testing.T) {
 			db := dbtest.New(t)
 			srv := natstest.Start(t)
 			js, _ := natstest.JetStream(t, srv.URL)
-			b := startBank(t, 1, bankclient.Faults{SettleDelayMS: 100})
+			b := startBank(t, 1, fakebank.Faults{SettleDelayMS: 100})
 			flags := append(workerFlags(b.url), "--events-publish", "nats", "--events-nats-url", srv.URL,
 				"--events-retry-min", "50ms", "--events-retry-max", "500ms", "--events-timeout", "2s")
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point}, flags...)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/events/eventstest"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
@@ -89,7 +89,7 @@ func TestEventsCrashPoints(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t)
-			b := startBank(t, 1, bankclient.Faults{SettleDelayMS: 100})
+			b := startBank(t, 1, fakebank.Faults{SettleDelayMS: 100})
 			rcv := eventstest.NewReceiver(t, nil, eventsSecret)
 			env := []string{"SETTLE_EVENTS_SECRET=" + eventsSecret}
 			flags := eventsFlags(b.url, rcv.URL())
@@ -163,7 +163,7 @@ func TestEventsTwoWorkersFaultyReceiver(t *testing.T) {
 	t.Parallel()
 	const n = 12
 	db := dbtest.New(t)
-	b := startBank(t, 7, bankclient.Faults{SettleDelayMS: 100, DropResponseRate: 0.3, StatusErrorRate: 0.2})
+	b := startBank(t, 7, fakebank.Faults{SettleDelayMS: 100, DropResponseRate: 0.3, StatusErrorRate: 0.2})
 	var down atomic.Bool
 	rcv := eventstest.NewReceiver(t, func(call int, _ string) eventstest.Fault {
 		switch {

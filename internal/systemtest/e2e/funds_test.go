@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/ledger"
@@ -29,7 +29,7 @@ func TestFundsCheckTwoWorkers(t *testing.T) {
 	}
 	ctx := context.Background()
 	db := dbtest.New(t)
-	b := startBank(t, 7, bankclient.Faults{SettleDelayMS: 50})
+	b := startBank(t, 7, fakebank.Faults{SettleDelayMS: 50})
 	flags := append(workerFlags(b.url), "--funds-check")
 	urls := []string{startWorker(t, "w0", db.URL, nil, flags...).URL(), startWorker(t, "w1", db.URL, []string{"SETTLE_FUNDS_CHECK=true"}, workerFlags(b.url)...).URL()}
 	if _, err := ledger.Credit(ctx, db.Pool, ledger.CreditRequest{AccountID: "hot", AmountMinor: 20 * 1000, Currency: "EUR", Ref: "wire-1"}); err != nil {

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
@@ -29,7 +30,7 @@ func TestCrashInGroupCommit(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t)
-			b := startBankAs(t, 1, bankclient.Faults{}, bankclient.SettleConnector.Name)
+			b := startBankAs(t, 1, fakebank.Faults{}, settle.Connector.Name)
 			flags := append(workerFlags(b.url), "--intake-group-commit", "1")
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point, "SETTLE_CRASH_AFTER=3"}, flags...)
 

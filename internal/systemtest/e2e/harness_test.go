@@ -19,6 +19,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	_ "github.com/settle/settle/bankclient/stripe" // the stripe connector, for --bank stripe
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
@@ -41,14 +42,14 @@ type bank struct {
 	posts, status, others atomic.Int64
 }
 
-func startBank(t *testing.T, seed int64, faults bankclient.Faults) *bank {
+func startBank(t *testing.T, seed int64, faults fakebank.Faults) *bank {
 	t.Helper()
-	return startBankAs(t, seed, faults, bankclient.SettleConnector.Name)
+	return startBankAs(t, seed, faults, settle.Connector.Name)
 }
 
 // startBankAs is startBank serving the API of the connector called name
 // (the fakebank profile of the same name).
-func startBankAs(t *testing.T, seed int64, faults bankclient.Faults, name string) *bank {
+func startBankAs(t *testing.T, seed int64, faults fakebank.Faults, name string) *bank {
 	t.Helper()
 	return startBankOpts(t, fakebank.Options{Seed: seed, Faults: faults, Profile: name}, name)
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/internal/testsupport/settletest"
@@ -22,7 +24,7 @@ import (
 func TestKeyTTLNeverResends(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	b := startBank(t, 3, bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500})
+	b := startBank(t, 3, fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500})
 	flags := append(workerFlags(b.url), "--bank-key-ttl", "1s", "--check-interval", "3s", "--max-check-interval", "3s")
 	w := startWorker(t, "w", db.URL, nil, flags...)
 	ev := intake.Event{SettlementID: "ttl-1", AccountID: "acc", AmountCents: 777, Currency: "EUR", Beneficiary: "bene"}
@@ -62,7 +64,7 @@ func TestKeyTTLNeverResends(t *testing.T) {
 		t.Errorf("the engine resent after the key TTL: bank %+v", st)
 	}
 	// The bank did forget the key.
-	client, err := bankclient.New(b.url, bankclient.Options{Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
+	client, err := settle.New(b.url, bankclient.Options{Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +97,11 @@ func TestKeyTTLStripeSearchesNeverResends(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		faults bankclient.Faults
+		faults fakebank.Faults
 		found  bool
 	}{
-		{"lost answer", bankclient.Faults{DropResponseRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500}, true},
-		{"never arrived", bankclient.Faults{FailBeforeRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500}, false},
+		{"lost answer", fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500}, true},
+		{"never arrived", fakebank.Faults{FailBeforeRate: 1, SettleDelayMS: 60_000, KeyTTLMS: 1500}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -47,7 +47,7 @@ func accountHolder(t *testing.T, console func() string) *psu.Holder {
 
 // startOBIE starts the fakebank's obie profile verifying signatures with a
 // fresh key, and returns the workers' environment holding that key.
-func startOBIE(t *testing.T, seed int64, faults bankclient.Faults) (*bank, []string) {
+func startOBIE(t *testing.T, seed int64, faults fakebank.Faults) (*bank, []string) {
 	t.Helper()
 	key, path, _ := obietest.SigningKey(t)
 	b := startBankOpts(t, fakebank.Options{Seed: seed, Faults: faults, Profile: "obie", JWSPublicKey: &key.PublicKey}, "obie")
@@ -74,11 +74,11 @@ func TestKeyTTLOBIEStatementsResolve(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		faults bankclient.Faults
+		faults fakebank.Faults
 		paid   bool
 	}{
-		{"lost answer", bankclient.Faults{DropResponseRate: 1}, true},
-		{"never arrived", bankclient.Faults{FailBeforeRate: 1}, false},
+		{"lost answer", fakebank.Faults{DropResponseRate: 1}, true},
+		{"never arrived", fakebank.Faults{FailBeforeRate: 1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -87,7 +87,7 @@ func TestKeyTTLOBIEStatementsResolve(t *testing.T) {
 			// second later; the payment's faults are set once the consent
 			// is stored, so they hit the payment alone.
 			tc.faults.KeyTTLMS, tc.faults.ConsentDelayMS = 1500, 1000
-			b, env := startOBIE(t, 5, bankclient.Faults{KeyTTLMS: 1500, ConsentDelayMS: 1000})
+			b, env := startOBIE(t, 5, fakebank.Faults{KeyTTLMS: 1500, ConsentDelayMS: 1000})
 			flags := append(workerFlags(b.url), "--bank", "obie", "--bank-attempts", "1",
 				"--bank-key-ttl", "1s", "--check-interval", "3s", "--max-check-interval", "3s")
 			w := startWorker(t, "w", db.URL, env, flags...)
@@ -178,7 +178,7 @@ func TestReconcileBankOBIENeedsStatements(t *testing.T) {
 		t.Errorf("stderr %q: want one line naming --statements", stderr)
 	}
 
-	b, env := startOBIE(t, 9, bankclient.Faults{})
+	b, env := startOBIE(t, 9, fakebank.Faults{})
 	w := startWorker(t, "w", db.URL, env, append(workerFlags(b.url), "--bank", "obie")...)
 	accountHolder(t, w.URL)
 	ev := intake.Event{SettlementID: "rec-obie-1", AccountID: "acc", AmountCents: 1999, Currency: "GBP", Beneficiary: obieBeneficiary}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
@@ -36,7 +38,7 @@ import (
 // `settle reconcile bank` is clean.
 func TestReturnsEndToEnd(t *testing.T) {
 	t.Parallel()
-	returnsEndToEnd(t, target{name: bankclient.SettleConnector.Name, beneficiary: "bene-%04d"})
+	returnsEndToEnd(t, target{name: settle.Connector.Name, beneficiary: "bene-%04d"})
 }
 
 // TestReturnsEndToEndStripe is TestReturnsEndToEnd through the Stripe
@@ -76,7 +78,7 @@ func returnsEndToEnd(t *testing.T, tg target) {
 	// No settlement failures: a payment the bank reports failed (or
 	// returned) after it was paid is then a return at every profile.
 	name := tg.name
-	b, env := tg.bank(t, 17, bankclient.Faults{
+	b, env := tg.bank(t, 17, fakebank.Faults{
 		DropResponseRate: 0.1, StatusErrorRate: 0.05, LatencyMaxMS: 20,
 		SettleDelayMS: settleMS, ReturnRate: returnRate, ReturnAfterMS: returnMS,
 	})
@@ -331,7 +333,7 @@ func runSettle(t *testing.T, dbURL string, args ...string) (string, int) {
 // every invariant held, `settle reconcile bank` clean.
 func TestReturnCrashPoints(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{bankclient.SettleConnector.Name, "stripe"} {
+	for _, name := range []string{settle.Connector.Name, "stripe"} {
 		for _, point := range []string{crash.ReturnBeforeCommit, crash.ReturnAfterCommit} {
 			t.Run(name+"/"+point, func(t *testing.T) {
 				t.Parallel()
@@ -344,7 +346,7 @@ func TestReturnCrashPoints(t *testing.T) {
 func returnCrash(t *testing.T, name, point string) {
 	ctx := context.Background()
 	db := dbtest.New(t)
-	b := startBankAs(t, 1, bankclient.Faults{SettleDelayMS: 100}, name)
+	b := startBankAs(t, 1, fakebank.Faults{SettleDelayMS: 100}, name)
 	flags := append(workerFlags(b.url), "--bank", name)
 	ev := intake.Event{SettlementID: "ret-crash", AccountID: "acc-1", AmountCents: 4242, Currency: "EUR",
 		Beneficiary: map[string]string{"stripe": "ba_1RetCrash"}[name], EventID: "first"}
@@ -420,7 +422,7 @@ func TestReturnFromEverySourceAtOnceProcesses(t *testing.T) {
 	)
 	ctx := context.Background()
 	db := dbtest.New(t)
-	b := startBankAs(t, 3, bankclient.Faults{SettleDelayMS: 100}, bankclient.SettleConnector.Name)
+	b := startBankAs(t, 3, fakebank.Faults{SettleDelayMS: 100}, settle.Connector.Name)
 	flags := workerFlags(b.url)
 	env := []string{"SETTLE_BANK_WEBHOOK_SECRET=" + secret}
 	workers := []*workertest.Worker{startWorker(t, "w0", db.URL, env, flags...), startWorker(t, "w1", db.URL, env, flags...)}
@@ -474,7 +476,7 @@ func TestReturnFromEverySourceAtOnceProcesses(t *testing.T) {
 		})
 	}
 	for _, p := range back {
-		body, err := json.Marshal(bankclient.SettleWebhook{Type: "payment.returned", Payment: p})
+		body, err := json.Marshal(settle.Webhook{Type: "payment.returned", Payment: p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -511,7 +513,7 @@ func TestReturnFromEverySourceAtOnceProcesses(t *testing.T) {
 	}
 	t.Logf("%d returns booked once each: %d by the statement import, %d by a status check (watch or webhook)", n, byStatement, n-byStatement)
 	checkInvariants(t, db, b, nil)
-	if out, code := reconcileBank(t, db.URL, bankclient.SettleConnector.Name, b.url); code != 0 {
+	if out, code := reconcileBank(t, db.URL, settle.Connector.Name, b.url); code != 0 {
 		t.Errorf("settle reconcile bank exited %d:\n%s", code, out)
 	}
 }
@@ -523,7 +525,7 @@ func postWebhook(baseURL string, body []byte, secret string) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set(bankclient.SettleSignatureHeader, bankclient.SignHMAC(body, secret, time.Now()))
+	req.Header.Set(settle.SignatureHeader, bankhttp.SignHMAC(body, secret, time.Now()))
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		return err

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 )
@@ -19,7 +19,7 @@ import (
 func TestGracefulShutdownWithBankCallsInFlight(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	faults := bankclient.Faults{LatencyMinMS: 1500, LatencyMaxMS: 1500, SettleDelayMS: 100}
+	faults := fakebank.Faults{LatencyMinMS: 1500, LatencyMaxMS: 1500, SettleDelayMS: 100}
 	b := startBank(t, 9, faults)
 	flags := workerFlags(b.url)
 	w := startWorker(t, "w", db.URL, nil, flags...)

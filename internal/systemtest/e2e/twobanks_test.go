@@ -13,6 +13,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/testsupport/checktest"
 	"github.com/settle/settle/internal/testsupport/dbtest"
@@ -37,7 +38,7 @@ func TestTwoBanksOneDatabase(t *testing.T) {
 		batchSize = 20
 	)
 	db := dbtest.New(t)
-	faults := bankclient.Faults{DropResponseRate: 0.10, StatusErrorRate: 0.10, LatencyMinMS: 10, LatencyMaxMS: 50,
+	faults := fakebank.Faults{DropResponseRate: 0.10, StatusErrorRate: 0.10, LatencyMinMS: 10, LatencyMaxMS: 50,
 		SettlementFailureRate: 0.03, SettleDelayMS: 150}
 	banks := map[string]*bank{
 		"settle": startBankAs(t, 34, faults, "settle"),

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
@@ -76,7 +76,7 @@ func TestFailover(t *testing.T) {
 	if _, err := migrations.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	bank, err := loadtest.StartBank(20, bankclient.Faults{
+	bank, err := loadtest.StartBank(20, fakebank.Faults{
 		DropResponseRate: 0.05, StatusErrorRate: 0.05, LatencyMaxMS: 20, SettleDelayMS: 200,
 	})
 	if err != nil {

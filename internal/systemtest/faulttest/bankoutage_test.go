@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/internal/testsupport/loadtest"
@@ -45,7 +46,7 @@ func TestBankOutage(t *testing.T) {
 	t.Parallel()
 	const n = 40
 	db := dbtest.New(t)
-	bank := startBank(t, 11, bankclient.Faults{SettleDelayMS: 100})
+	bank := startBank(t, 11, fakebank.Faults{SettleDelayMS: 100})
 	bank.DownDelay = 0 // refuse at once: a tight retry loop would show at once
 	bank.SetDown(true)
 	flags := append(workerproc.FastFlags(bank.URL),
@@ -126,7 +127,7 @@ func TestBankOutage(t *testing.T) {
 	}
 
 	// The bank comes back, slower: the drain shows the concurrency cap.
-	if err := bank.SetFaults(bankclient.Faults{SettleDelayMS: 100, LatencyMinMS: 20, LatencyMaxMS: 60}); err != nil {
+	if err := bank.SetFaults(fakebank.Faults{SettleDelayMS: 100, LatencyMinMS: 20, LatencyMaxMS: 60}); err != nil {
 		t.Fatal(err)
 	}
 	bank.ResetMaxInflight()

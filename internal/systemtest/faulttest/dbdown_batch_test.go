@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	"github.com/settle/settle/internal/testsupport/loadtest"
@@ -22,7 +22,7 @@ import (
 func TestBatchWhileDatabaseDown(t *testing.T) {
 	t.Parallel()
 	cluster := startCluster(t)
-	bank := startBank(t, 3, bankclient.Faults{SettleDelayMS: 100})
+	bank := startBank(t, 3, fakebank.Faults{SettleDelayMS: 100})
 	w := startWorker(t, "w-batch", cluster.URL, workerproc.FastFlags(bank.URL)...)
 	pool := connect(t, cluster.URL)
 	ctx := deadline(t, 3*time.Minute)

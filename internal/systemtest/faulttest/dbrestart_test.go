@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	"github.com/settle/settle/internal/testsupport/loadtest"
 	"github.com/settle/settle/internal/testsupport/workertest"
@@ -30,7 +30,7 @@ func TestPostgresRestart(t *testing.T) {
 			t.Parallel()
 			const n = 240
 			cluster := startCluster(t)
-			bank := startBank(t, 7, bankclient.Faults{
+			bank := startBank(t, 7, fakebank.Faults{
 				DropResponseRate: 0.05, StatusErrorRate: 0.05, LatencyMaxMS: 20, SettleDelayMS: 200,
 			})
 			w := startWorker(t, "w-"+mode.name, cluster.URL, workerproc.FastFlags(bank.URL)...)

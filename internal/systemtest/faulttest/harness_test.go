@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/testsupport/bintest"
@@ -56,7 +56,7 @@ func connect(t *testing.T, url string) *pgxpool.Pool {
 }
 
 // startBank starts a counting, switchable fakebank, closed when the test ends.
-func startBank(t *testing.T, seed int64, faults bankclient.Faults) *loadtest.Bank {
+func startBank(t *testing.T, seed int64, faults fakebank.Faults) *loadtest.Bank {
 	t.Helper()
 	b, err := loadtest.StartBank(seed, faults)
 	if err != nil {

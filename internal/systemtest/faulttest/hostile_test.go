@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/internal/testsupport/loadtest"
@@ -78,7 +78,7 @@ func utf16(s string) []byte {
 func TestHostileHTTP(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	bank := startBank(t, 17, bankclient.Faults{})
+	bank := startBank(t, 17, fakebank.Faults{})
 	w := startWorker(t, "w-hostile", db.URL, workerproc.FastFlags(bank.URL)...)
 	ctx := deadline(t, 3*time.Minute)
 	if code := get(t, w.URL()+"/healthz"); code != http.StatusOK {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/internal/testsupport/loadtest"
@@ -33,7 +33,7 @@ func TestOverload(t *testing.T) {
 		clients = 64
 	)
 	db := dbtest.New(t)
-	bank := startBank(t, 13, bankclient.Faults{SettleDelayMS: 50})
+	bank := startBank(t, 13, fakebank.Faults{SettleDelayMS: 50})
 	w := startWorker(t, "w-overload", db.URL, append(workerproc.FastFlags(bank.URL), "--max-inflight", "2")...)
 	ctx := deadline(t, 4*time.Minute)
 	base, err := loadtest.ScrapeMetrics(ctx, w.URL())

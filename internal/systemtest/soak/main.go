@@ -37,7 +37,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
@@ -111,7 +111,7 @@ func soak(ctx context.Context, o options, out io.Writer) (problems []string, err
 		return nil, err
 	}
 	defer cluster.Close()
-	bank, err := loadtest.StartBank(1, bankclient.Faults{
+	bank, err := loadtest.StartBank(1, fakebank.Faults{
 		FailBeforeRate: 0.05, DropResponseRate: 0.10, StatusErrorRate: 0.10,
 		SettlementFailureRate: 0.02, LatencyMinMS: 0, LatencyMaxMS: 30, SettleDelayMS: 300,
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/inspect"
 )
 
@@ -21,7 +22,7 @@ func CheckInvariants(t testing.TB, db inspect.Querier, bankURL string, e audit.E
 	t.Helper()
 	var client bankclient.Bank
 	if bankURL != "" {
-		c, err := bankclient.New(bankURL, bankclient.Options{})
+		c, err := settle.New(bankURL, bankclient.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 )
 
@@ -44,7 +43,7 @@ func (c BankCounts) Total() int64 { return c.Posts + c.Status }
 
 // StartBank starts a fakebank with seed and faults behind a counting front
 // on a free loopback port. Call Close when done.
-func StartBank(seed int64, faults bankclient.Faults) (*Bank, error) {
+func StartBank(seed int64, faults fakebank.Faults) (*Bank, error) {
 	fb, err := fakebank.New(fakebank.Options{Seed: seed, Faults: faults})
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 )
 
 // CheckInvariants runs the one exactly-once checker
@@ -23,7 +24,7 @@ func CheckInvariants(ctx context.Context, pool *pgxpool.Pool, bank *Bank, acked 
 		e.Delivered = append(e.Delivered, id)
 	}
 	if bank != nil {
-		client, err := bankclient.New(bank.URL, bankclient.Options{})
+		client, err := settle.New(bank.URL, bankclient.Options{})
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package bankclient_test
+package settle_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/internal/testsupport/settletest"
@@ -19,16 +20,16 @@ import (
 
 type fakebankBundle struct {
 	bank   *fakebank.Bank
-	client *bankclient.Client
+	client *settle.Client
 	clock  *settletest.ManualClock
 	url    string
 }
 
-func setupFakebank(t *testing.T, faults bankclient.Faults) *fakebankBundle {
+func setupFakebank(t *testing.T, faults fakebank.Faults) *fakebankBundle {
 	t.Helper()
 	clock := settletest.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	bank, url := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Now: clock.Now, Faults: faults})
-	client, err := bankclient.New(url, bankclient.Options{
+	client, err := settle.New(url, bankclient.Options{
 		Timeout: 10 * time.Second,
 		Retry: bankclient.RetryPolicy{
 			MaxAttempts: 3, MaxElapsed: time.Minute,
@@ -59,7 +60,7 @@ func request(ref string) bankclient.PaymentRequest {
 
 func TestFakebankProtocol(t *testing.T) {
 	t.Parallel()
-	b := setupFakebank(t, bankclient.Faults{})
+	b := setupFakebank(t, fakebank.Faults{})
 	ctx := context.Background()
 	key := bankclient.KeyFor("stl-1")
 
@@ -127,7 +128,7 @@ func TestFakebankFaults(t *testing.T) {
 
 	t.Run("fail before processing", func(t *testing.T) {
 		t.Parallel()
-		b := setupFakebank(t, bankclient.Faults{FailBeforeRate: 1})
+		b := setupFakebank(t, fakebank.Faults{FailBeforeRate: 1})
 		_, err := b.client.Send(context.Background(), bankclient.KeyFor("s"), request("s"))
 		var ae *bankclient.AmbiguousError
 		if !errors.As(err, &ae) || ae.Attempts != 3 || ae.StatusCode != 503 {
@@ -140,7 +141,7 @@ func TestFakebankFaults(t *testing.T) {
 
 	t.Run("drop response", func(t *testing.T) {
 		t.Parallel()
-		b := setupFakebank(t, bankclient.Faults{DropResponseRate: 1})
+		b := setupFakebank(t, fakebank.Faults{DropResponseRate: 1})
 		ctx := context.Background()
 		key := bankclient.KeyFor("s")
 		if _, err := b.client.Send(ctx, key, request("s")); !bankclient.IsAmbiguous(err) {
@@ -151,7 +152,7 @@ func TestFakebankFaults(t *testing.T) {
 			t.Errorf("stats = %+v, want one payment and at least two replays", s)
 		}
 		// The settlement is uncertain; the status API resolves it.
-		if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+		if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 			t.Fatal(err)
 		}
 		p, err := b.client.StatusByKey(ctx, key)
@@ -167,7 +168,7 @@ func TestFakebankFaults(t *testing.T) {
 
 	t.Run("status error", func(t *testing.T) {
 		t.Parallel()
-		b := setupFakebank(t, bankclient.Faults{StatusErrorRate: 1})
+		b := setupFakebank(t, fakebank.Faults{StatusErrorRate: 1})
 		ctx := context.Background()
 		key := bankclient.KeyFor("s")
 		if _, err := b.client.Send(ctx, key, request("s")); err != nil {
@@ -182,16 +183,16 @@ func TestFakebankFaults(t *testing.T) {
 
 	t.Run("reject", func(t *testing.T) {
 		t.Parallel()
-		b := setupFakebank(t, bankclient.Faults{RejectRate: 1})
+		b := setupFakebank(t, fakebank.Faults{RejectRate: 1})
 		ctx := context.Background()
 		key := bankclient.KeyFor("s")
 		_, err := b.client.Send(ctx, key, request("s"))
 		var re *bankclient.RejectedError
-		if !errors.As(err, &re) || re.Code != bankclient.ErrorCodeRejected || re.Reason == "" {
+		if !errors.As(err, &re) || re.Code != settle.ErrorCodeRejected || re.Reason == "" {
 			t.Fatalf("err = %v, want a rejection with a reason", err)
 		}
 		// The rejection is pinned to the key, whatever the faults now.
-		if err := b.bank.SetFaults(bankclient.Faults{}); err != nil {
+		if err := b.bank.SetFaults(fakebank.Faults{}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.client.Send(ctx, key, request("s")); !bankclient.IsRejected(err) {
@@ -204,7 +205,7 @@ func TestFakebankFaults(t *testing.T) {
 
 	t.Run("settlement failure", func(t *testing.T) {
 		t.Parallel()
-		b := setupFakebank(t, bankclient.Faults{SettlementFailureRate: 1, SettleDelayMS: 1000})
+		b := setupFakebank(t, fakebank.Faults{SettlementFailureRate: 1, SettleDelayMS: 1000})
 		ctx := context.Background()
 		key := bankclient.KeyFor("s")
 		res, err := b.client.Send(ctx, key, request("s"))
@@ -220,7 +221,7 @@ func TestFakebankFaults(t *testing.T) {
 
 	t.Run("key forgotten", func(t *testing.T) {
 		t.Parallel()
-		b := setupFakebank(t, bankclient.Faults{KeyTTLMS: 1000})
+		b := setupFakebank(t, fakebank.Faults{KeyTTLMS: 1000})
 		ctx := context.Background()
 		key := bankclient.KeyFor("s")
 		if _, err := b.client.Send(ctx, key, request("s")); err != nil {
@@ -234,8 +235,8 @@ func TestFakebankFaults(t *testing.T) {
 
 	t.Run("latency beyond the timeout", func(t *testing.T) {
 		t.Parallel()
-		b := setupFakebank(t, bankclient.Faults{LatencyMinMS: 5000, LatencyMaxMS: 5000})
-		client, err := bankclient.New(b.url, bankclient.Options{
+		b := setupFakebank(t, fakebank.Faults{LatencyMinMS: 5000, LatencyMaxMS: 5000})
+		client, err := settle.New(b.url, bankclient.Options{
 			Timeout: 20 * time.Millisecond,
 			Retry:   bankclient.RetryPolicy{MaxAttempts: 2, MaxElapsed: time.Minute, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond},
 		})

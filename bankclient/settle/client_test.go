@@ -1,4 +1,4 @@
-package bankclient
+package settle
 
 import (
 	"bytes"
@@ -19,11 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // fastRetry is a retry policy with tiny waits, so tests do not sleep.
-var fastRetry = RetryPolicy{
+var fastRetry = bankclient.RetryPolicy{
 	MaxAttempts:         3,
 	MaxElapsed:          time.Minute,
 	InitialInterval:     time.Millisecond,
@@ -68,7 +69,7 @@ func (b *testBundle) observations() []observation {
 
 // setup starts a server running handler, recording every request, and a
 // client of it with fast retries, a debug logger and the test token.
-func setup(t *testing.T, handler http.HandlerFunc, mutate ...func(*Options)) *testBundle {
+func setup(t *testing.T, handler http.HandlerFunc, mutate ...func(*bankclient.Options)) *testBundle {
 	t.Helper()
 	b := &testBundle{logs: &settletest.Buffer{}}
 	b.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +86,7 @@ func setup(t *testing.T, handler http.HandlerFunc, mutate ...func(*Options)) *te
 	}))
 	t.Cleanup(b.server.Close)
 
-	opts := Options{
+	opts := bankclient.Options{
 		Timeout: 5 * time.Second,
 		Retry:   fastRetry,
 		Token:   testToken,
@@ -107,19 +108,19 @@ func setup(t *testing.T, handler http.HandlerFunc, mutate ...func(*Options)) *te
 	return b
 }
 
-func testRequest() PaymentRequest {
-	return PaymentRequest{AmountCents: 1250, Currency: "EUR", DebtorAccount: "acc-1", CreditorAccount: "DE89370400440532013000", Reference: "stl-1"}
+func testRequest() bankclient.PaymentRequest {
+	return bankclient.PaymentRequest{AmountCents: 1250, Currency: "EUR", DebtorAccount: "acc-1", CreditorAccount: "DE89370400440532013000", Reference: "stl-1"}
 }
 
 // paymentFor is the payment a correct bank would answer for r.
-func paymentFor(r *http.Request, status Status) Payment {
-	var req PaymentRequest
+func paymentFor(r *http.Request, status bankclient.Status) bankclient.Payment {
+	var req bankclient.PaymentRequest
 	_ = json.NewDecoder(r.Body).Decode(&req)
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
 		key = strings.TrimPrefix(r.URL.Path, "/v1/payments/by-key/")
 	}
-	return Payment{
+	return bankclient.Payment{
 		ID: "pay-1", IdempotencyKey: key, Reference: req.Reference, Status: status,
 		AmountCents: req.AmountCents, Currency: req.Currency,
 		DebtorAccount: req.DebtorAccount, CreditorAccount: req.CreditorAccount,
@@ -154,7 +155,7 @@ func slow(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 	case <-time.After(10 * time.Second):
 	}
-	writeJSON(w, http.StatusCreated, paymentFor(r, StatusAccepted))
+	writeJSON(w, http.StatusCreated, paymentFor(r, bankclient.StatusAccepted))
 }
 
 // errClass names the class of an error, by the package's predicates only.
@@ -162,18 +163,18 @@ func errClass(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
-	case IsUnauthorized(err):
-		if !IsAmbiguous(err) {
+	case bankclient.IsUnauthorized(err):
+		if !bankclient.IsAmbiguous(err) {
 			return "unauthorized-but-not-ambiguous"
 		}
 		return "unauthorized"
-	case IsAmbiguous(err):
+	case bankclient.IsAmbiguous(err):
 		return "ambiguous"
-	case IsRejected(err):
+	case bankclient.IsRejected(err):
 		return "rejected"
-	case IsKeyReuse(err):
+	case bankclient.IsKeyReuse(err):
 		return "key_reuse"
-	case IsNotFound(err):
+	case bankclient.IsNotFound(err):
 		return "not_found"
 	}
 	return "other"
@@ -185,18 +186,18 @@ func TestSendClassification(t *testing.T) {
 	tests := []struct {
 		name         string
 		handler      http.HandlerFunc
-		mutate       func(*Options)
+		mutate       func(*bankclient.Options)
 		wantClass    string
 		wantAttempts int
 		wantReplayed bool
 		wantStatus   int // of the AmbiguousError, or the RejectedError
 	}{
 		{name: "201 created", handler: func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusCreated, paymentFor(r, StatusAccepted))
+			writeJSON(w, http.StatusCreated, paymentFor(r, bankclient.StatusAccepted))
 		}, wantClass: "ok", wantAttempts: 1},
 		{name: "200 replay", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Idempotent-Replayed", "true")
-			writeJSON(w, http.StatusOK, paymentFor(r, StatusSettled))
+			writeJSON(w, http.StatusOK, paymentFor(r, bankclient.StatusSettled))
 		}, wantClass: "ok", wantAttempts: 1, wantReplayed: true},
 		{name: "422 rejected", handler: statusHandler(422, `{"error":"rejected","reason":"insufficient funds"}`),
 			wantClass: "rejected", wantAttempts: 1, wantStatus: 422},
@@ -234,7 +235,7 @@ func TestSendClassification(t *testing.T) {
 		{name: "hang up without answer", handler: hangUp,
 			wantClass: "ambiguous", wantAttempts: 3},
 		{name: "slower than timeout", handler: slow,
-			mutate:    func(o *Options) { o.Timeout = 50 * time.Millisecond },
+			mutate:    func(o *bankclient.Options) { o.Timeout = 50 * time.Millisecond },
 			wantClass: "ambiguous", wantAttempts: 3},
 		{name: "garbage 2xx", handler: statusHandler(201, `{"id":`),
 			wantClass: "ambiguous", wantAttempts: 3, wantStatus: 201},
@@ -244,36 +245,36 @@ func TestSendClassification(t *testing.T) {
 			writeJSON(w, http.StatusCreated, paymentFor(r, "paid"))
 		}, wantClass: "ambiguous", wantAttempts: 3, wantStatus: 201},
 		{name: "2xx another key", handler: func(w http.ResponseWriter, r *http.Request) {
-			p := paymentFor(r, StatusAccepted)
-			p.IdempotencyKey = KeyFor("someone-else")
+			p := paymentFor(r, bankclient.StatusAccepted)
+			p.IdempotencyKey = bankclient.KeyFor("someone-else")
 			writeJSON(w, http.StatusCreated, p)
 		}, wantClass: "ambiguous", wantAttempts: 3, wantStatus: 201},
 		{name: "2xx another amount", handler: func(w http.ResponseWriter, r *http.Request) {
-			p := paymentFor(r, StatusAccepted)
+			p := paymentFor(r, bankclient.StatusAccepted)
 			p.AmountCents++
 			writeJSON(w, http.StatusCreated, p)
 		}, wantClass: "ambiguous", wantAttempts: 3, wantStatus: 201},
 		{name: "2xx too large", handler: func(w http.ResponseWriter, r *http.Request) {
-			p := paymentFor(r, StatusAccepted)
+			p := paymentFor(r, bankclient.StatusAccepted)
 			p.FailureReason = strings.Repeat("x", 4096)
 			writeJSON(w, http.StatusCreated, p)
-		}, mutate: func(o *Options) { o.MaxResponseSize = 1024 },
+		}, mutate: func(o *bankclient.Options) { o.MaxResponseSize = 1024 },
 			wantClass: "ambiguous", wantAttempts: 3, wantStatus: 201},
 		{name: "204 no content", handler: statusHandler(204, ``),
 			wantClass: "ambiguous", wantAttempts: 3, wantStatus: 204},
 		{name: "single attempt policy", handler: statusHandler(503, ``),
-			mutate:    func(o *Options) { o.Retry.MaxAttempts = 1 },
+			mutate:    func(o *bankclient.Options) { o.Retry.MaxAttempts = 1 },
 			wantClass: "ambiguous", wantAttempts: 1, wantStatus: 503},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var mutate []func(*Options)
+			var mutate []func(*bankclient.Options)
 			if tt.mutate != nil {
 				mutate = append(mutate, tt.mutate)
 			}
 			b := setup(t, tt.handler, mutate...)
-			key := KeyFor("stl-1")
+			key := bankclient.KeyFor("stl-1")
 
 			res, err := b.client.Send(context.Background(), key, testRequest())
 
@@ -311,16 +312,16 @@ func TestSendClassification(t *testing.T) {
 					t.Errorf("payment = %+v", res.Payment)
 				}
 			}
-			var ae *AmbiguousError
+			var ae *bankclient.AmbiguousError
 			if errors.As(err, &ae) {
-				if ae.Op != OpSend || ae.Attempts != tt.wantAttempts || ae.StatusCode != tt.wantStatus {
+				if ae.Op != bankclient.OpSend || ae.Attempts != tt.wantAttempts || ae.StatusCode != tt.wantStatus {
 					t.Errorf("AmbiguousError{Op:%s Attempts:%d StatusCode:%d}, want {send %d %d}", ae.Op, ae.Attempts, ae.StatusCode, tt.wantAttempts, tt.wantStatus)
 				}
-				if IsRejected(err) || IsKeyReuse(err) || IsNotFound(err) {
+				if bankclient.IsRejected(err) || bankclient.IsKeyReuse(err) || bankclient.IsNotFound(err) {
 					t.Errorf("ambiguous error matches a definitive predicate: %v", err)
 				}
 			}
-			var re *RejectedError
+			var re *bankclient.RejectedError
 			if errors.As(err, &re) && re.StatusCode != tt.wantStatus {
 				t.Errorf("RejectedError.StatusCode = %d, want %d", re.StatusCode, tt.wantStatus)
 			}
@@ -350,11 +351,11 @@ func TestSendRejectedReason(t *testing.T) {
 	t.Parallel()
 	b := setup(t, statusHandler(422, `{"error":"rejected","reason":"insufficient funds\u0000\n"}`))
 
-	_, err := b.client.Send(context.Background(), KeyFor("stl-1"), testRequest())
+	_, err := b.client.Send(context.Background(), bankclient.KeyFor("stl-1"), testRequest())
 
-	var re *RejectedError
+	var re *bankclient.RejectedError
 	if !errors.As(err, &re) {
-		t.Fatalf("err = %v, want *RejectedError", err)
+		t.Fatalf("err = %v, want *bankclient.RejectedError", err)
 	}
 	if re.Code != ErrorCodeRejected || re.Reason != "insufficient funds" {
 		t.Errorf("RejectedError = %+v", re)
@@ -388,12 +389,12 @@ func TestSendRetriesUntilAnswer(t *testing.T) {
 					tt.first(w, r)
 				case tt.wantReplayed:
 					w.Header().Set("Idempotent-Replayed", "true")
-					writeJSON(w, http.StatusOK, paymentFor(r, StatusAccepted))
+					writeJSON(w, http.StatusOK, paymentFor(r, bankclient.StatusAccepted))
 				default:
-					writeJSON(w, http.StatusCreated, paymentFor(r, StatusAccepted))
+					writeJSON(w, http.StatusCreated, paymentFor(r, bankclient.StatusAccepted))
 				}
 			})
-			key := KeyFor("stl-retry")
+			key := bankclient.KeyFor("stl-retry")
 
 			res, err := b.client.Send(context.Background(), key, testRequest())
 			if err != nil {
@@ -428,17 +429,17 @@ func TestSendContext(t *testing.T) {
 		b := setup(t, func(w http.ResponseWriter, r *http.Request) {
 			arrived <- struct{}{}
 			<-r.Context().Done()
-		}, func(o *Options) { o.Timeout = time.Hour })
+		}, func(o *bankclient.Options) { o.Timeout = time.Hour })
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
-			_, err := b.client.Send(ctx, KeyFor("stl-1"), testRequest())
+			_, err := b.client.Send(ctx, bankclient.KeyFor("stl-1"), testRequest())
 			errc <- err
 		}()
 		<-arrived
 		cancel()
 		err := waitErr(t, errc)
-		var ae *AmbiguousError
+		var ae *bankclient.AmbiguousError
 		if !errors.As(err, &ae) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want ambiguous and context.Canceled", err)
 		}
@@ -450,21 +451,21 @@ func TestSendContext(t *testing.T) {
 	t.Run("cancel during backoff wait", func(t *testing.T) {
 		t.Parallel()
 		arrived := make(chan struct{}, 1)
-		b := setup(t, statusHandler(503, ``), func(o *Options) {
-			o.Retry = RetryPolicy{MaxAttempts: 5, MaxElapsed: 2 * time.Hour, InitialInterval: time.Hour, MaxInterval: time.Hour}
+		b := setup(t, statusHandler(503, ``), func(o *bankclient.Options) {
+			o.Retry = bankclient.RetryPolicy{MaxAttempts: 5, MaxElapsed: 2 * time.Hour, InitialInterval: time.Hour, MaxInterval: time.Hour}
 			// Observe runs once the answer is classified, before the wait.
 			o.Observe = func(string, string, time.Duration) { arrived <- struct{}{} }
 		})
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
-			_, err := b.client.Send(ctx, KeyFor("stl-1"), testRequest())
+			_, err := b.client.Send(ctx, bankclient.KeyFor("stl-1"), testRequest())
 			errc <- err
 		}()
 		<-arrived
 		cancel()
 		err := waitErr(t, errc)
-		var ae *AmbiguousError
+		var ae *bankclient.AmbiguousError
 		if !errors.As(err, &ae) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want ambiguous and context.Canceled", err)
 		}
@@ -478,8 +479,8 @@ func TestSendContext(t *testing.T) {
 		b := setup(t, statusHandler(201, ``))
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err := b.client.Send(ctx, KeyFor("stl-1"), testRequest())
-		if !errors.Is(err, context.Canceled) || IsAmbiguous(err) {
+		_, err := b.client.Send(ctx, bankclient.KeyFor("stl-1"), testRequest())
+		if !errors.Is(err, context.Canceled) || bankclient.IsAmbiguous(err) {
 			t.Fatalf("err = %v, want context.Canceled and not ambiguous (nothing was sent)", err)
 		}
 		if len(b.requests()) != 0 {
@@ -508,10 +509,10 @@ func TestSendInvalidInput(t *testing.T) {
 	tests := []struct {
 		name string
 		key  string
-		req  PaymentRequest
+		req  bankclient.PaymentRequest
 	}{
 		{name: "empty key", key: "", req: testRequest()},
-		{name: "zero amount", key: KeyFor("x"), req: PaymentRequest{Currency: "EUR", Reference: "x"}},
+		{name: "zero amount", key: bankclient.KeyFor("x"), req: bankclient.PaymentRequest{Currency: "EUR", Reference: "x"}},
 	}
 	for _, tt := range tests {
 		_, err := b.client.Send(context.Background(), tt.key, tt.req)
@@ -534,7 +535,7 @@ func TestStatusByKey(t *testing.T) {
 		wantAttempts int
 	}{
 		{name: "200", handler: func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, paymentFor(r, StatusSettled))
+			writeJSON(w, http.StatusOK, paymentFor(r, bankclient.StatusSettled))
 		}, wantClass: "ok", wantAttempts: 1},
 		{name: "404", handler: statusHandler(404, `{"error":"not_found"}`), wantClass: "not_found", wantAttempts: 1},
 		{name: "500", handler: statusHandler(500, ``), wantClass: "ambiguous", wantAttempts: 3},
@@ -544,7 +545,7 @@ func TestStatusByKey(t *testing.T) {
 		{name: "hang up", handler: hangUp, wantClass: "ambiguous", wantAttempts: 3},
 		{name: "garbage", handler: statusHandler(200, `[]`), wantClass: "ambiguous", wantAttempts: 3},
 		{name: "another key", handler: func(w http.ResponseWriter, r *http.Request) {
-			p := paymentFor(r, StatusSettled)
+			p := paymentFor(r, bankclient.StatusSettled)
 			p.IdempotencyKey = "other"
 			writeJSON(w, http.StatusOK, p)
 		}, wantClass: "ambiguous", wantAttempts: 3},
@@ -553,7 +554,7 @@ func TestStatusByKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, tt.handler)
-			key := KeyFor("stl-status")
+			key := bankclient.KeyFor("stl-status")
 
 			p, err := b.client.StatusByKey(context.Background(), key)
 
@@ -569,7 +570,7 @@ func TestStatusByKey(t *testing.T) {
 					t.Errorf("request %s %s", r.Method, r.Path)
 				}
 			}
-			if err == nil && (p.Status != StatusSettled || p.IdempotencyKey != key) {
+			if err == nil && (p.Status != bankclient.StatusSettled || p.IdempotencyKey != key) {
 				t.Errorf("payment = %+v", p)
 			}
 			assertNoToken(t, err, b.logs.String())
@@ -598,7 +599,7 @@ func TestStatement(t *testing.T) {
 		t.Parallel()
 		b := setup(t, pager)
 		var ids []string
-		for p, err := range Payments(context.Background(), b.client, 2) {
+		for p, err := range bankclient.Payments(context.Background(), b.client, 2) {
 			if err != nil {
 				t.Fatalf("Payments: %v", err)
 			}
@@ -621,11 +622,11 @@ func TestStatement(t *testing.T) {
 		b := setup(t, statusHandler(200, `{"payments":[],"next":"same"}`))
 		var last error
 		n := 0
-		for _, err := range Payments(context.Background(), b.client, 0) {
+		for _, err := range bankclient.Payments(context.Background(), b.client, 0) {
 			n++
 			last = err
 		}
-		if !errors.Is(last, errCursorLoop) || n != 1 {
+		if !errors.Is(last, bankclient.ErrCursorLoop) || n != 1 {
 			t.Errorf("yields = %d, last = %v", n, last)
 		}
 	})
@@ -667,7 +668,7 @@ func TestObserve(t *testing.T) {
 			w.WriteHeader(503)
 		case 2:
 			w.Header().Set("Idempotent-Replayed", "true")
-			writeJSON(w, 200, paymentFor(r, StatusAccepted))
+			writeJSON(w, 200, paymentFor(r, bankclient.StatusAccepted))
 		case 3:
 			w.WriteHeader(404)
 		default:
@@ -675,13 +676,13 @@ func TestObserve(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	_, _ = b.client.Send(ctx, KeyFor("a"), testRequest())
-	_, _ = b.client.StatusByKey(ctx, KeyFor("a"))
+	_, _ = b.client.Send(ctx, bankclient.KeyFor("a"), testRequest())
+	_, _ = b.client.StatusByKey(ctx, bankclient.KeyFor("a"))
 	_, _ = b.client.Statement(ctx, "", 0)
 
 	want := []observation{
-		{OpSend, OutcomeAmbiguous}, {OpSend, OutcomeReplayed},
-		{OpStatus, OutcomeNotFound}, {OpStatement, OutcomeUnauthorized},
+		{bankclient.OpSend, bankclient.OutcomeAmbiguous}, {bankclient.OpSend, bankclient.OutcomeReplayed},
+		{bankclient.OpStatus, bankclient.OutcomeNotFound}, {bankclient.OpStatement, bankclient.OutcomeUnauthorized},
 	}
 	if got := b.observations(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("observations = %v, want %v", got, want)
@@ -694,21 +695,21 @@ func TestNew(t *testing.T) {
 	tests := []struct {
 		name    string
 		url     string
-		opts    Options
+		opts    bankclient.Options
 		wantErr bool
 	}{
 		{name: "http loopback", url: "http://127.0.0.1:8081"},
 		{name: "https with path", url: "https://bank.example/api/"},
-		{name: "token over https", url: "https://bank.example", opts: Options{Token: testToken}},
-		{name: "token over http loopback", url: "http://localhost:8081", opts: Options{Token: testToken}},
-		{name: "token over plain http", url: "http://bank.example", opts: Options{Token: testToken}, wantErr: true},
-		{name: "token with newline", url: "https://bank.example", opts: Options{Token: testToken + "\n"}, wantErr: true},
+		{name: "token over https", url: "https://bank.example", opts: bankclient.Options{Token: testToken}},
+		{name: "token over http loopback", url: "http://localhost:8081", opts: bankclient.Options{Token: testToken}},
+		{name: "token over plain http", url: "http://bank.example", opts: bankclient.Options{Token: testToken}, wantErr: true},
+		{name: "token with newline", url: "https://bank.example", opts: bankclient.Options{Token: testToken + "\n"}, wantErr: true},
 		{name: "no scheme", url: "bank.example:8081", wantErr: true},
 		{name: "ftp", url: "ftp://bank.example", wantErr: true},
 		{name: "user info", url: "https://user:" + testToken + "@bank.example", wantErr: true},
 		{name: "query", url: "https://bank.example/?x=1", wantErr: true},
-		{name: "ca and client", url: "https://bank.example", opts: Options{CAFile: "ca.pem", HTTPClient: &http.Client{}}, wantErr: true},
-		{name: "missing ca", url: "https://bank.example", opts: Options{CAFile: filepath.Join(t.TempDir(), "none.pem")}, wantErr: true},
+		{name: "ca and client", url: "https://bank.example", opts: bankclient.Options{CAFile: "ca.pem", HTTPClient: &http.Client{}}, wantErr: true},
+		{name: "missing ca", url: "https://bank.example", opts: bankclient.Options{CAFile: filepath.Join(t.TempDir(), "none.pem")}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -731,7 +732,7 @@ func TestTLSWithCAFile(t *testing.T) {
 			w.WriteHeader(401)
 			return
 		}
-		writeJSON(w, http.StatusOK, paymentFor(r, StatusSettled))
+		writeJSON(w, http.StatusOK, paymentFor(r, bankclient.StatusSettled))
 	}))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted handshake below fails on purpose
 	srv.StartTLS()
@@ -741,15 +742,15 @@ func TestTLSWithCAFile(t *testing.T) {
 	if err := os.WriteFile(caFile, certPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{EnvToken: testToken, EnvCAFile: caFile}
-	opts := OptionsFromEnv(func(k string) string { return env[k] })
+	env := map[string]string{bankclient.EnvToken: testToken, bankclient.EnvCAFile: caFile}
+	opts := bankclient.OptionsFromEnv(func(k string) string { return env[k] })
 	opts.Retry = fastRetry
 
 	trusted, err := New(srv.URL, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	if _, err := trusted.StatusByKey(context.Background(), KeyFor("tls")); err != nil {
+	if _, err := trusted.StatusByKey(context.Background(), bankclient.KeyFor("tls")); err != nil {
 		t.Fatalf("StatusByKey with CA file: %v", err)
 	}
 
@@ -758,8 +759,8 @@ func TestTLSWithCAFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	_, err = untrusted.StatusByKey(context.Background(), KeyFor("tls"))
-	var ae *AmbiguousError
+	_, err = untrusted.StatusByKey(context.Background(), bankclient.KeyFor("tls"))
+	var ae *bankclient.AmbiguousError
 	if !errors.As(err, &ae) || ae.Attempts != 1 {
 		t.Fatalf("err = %v, want ambiguous after one attempt (untrusted certificate is not retried)", err)
 	}
@@ -768,10 +769,10 @@ func TestTLSWithCAFile(t *testing.T) {
 
 func TestSecretNeverPrints(t *testing.T) {
 	t.Parallel()
-	opts := Options{Token: testToken, CAFile: "/etc/ca.pem"}
+	opts := bankclient.Options{Token: testToken, CAFile: "/etc/ca.pem"}
 	var logs bytes.Buffer
 	slog.New(slog.NewJSONHandler(&logs, nil)).Info("options", "opts", opts, "token", opts.Token)
-	js, _ := json.Marshal(struct{ T Secret }{opts.Token})
+	js, _ := json.Marshal(struct{ T bankclient.Secret }{opts.Token})
 	for _, s := range []string{
 		fmt.Sprintf("%v", opts), fmt.Sprintf("%+v", opts), fmt.Sprintf("%#v", opts),
 		fmt.Sprint(opts.Token), logs.String(), string(js),

@@ -1,4 +1,4 @@
-package bankclient
+package bankhttp
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/settle/settle/bankclient"
 )
 
 // Attempt is how one attempt of a connector's call ended: the outcome
 // reported to Options.Observe, the classified error (nil on success; an
-// *AmbiguousError when the bank may or may not have acted), and whether
+// *bankclient.AmbiguousError when the bank may or may not have acted), and whether
 // another attempt under the same key may help.
 type Attempt struct {
 	Outcome string
@@ -24,8 +26,8 @@ type Attempt struct {
 // they wait for before sending).
 type Retrier struct {
 	// Policy bounds the retries; it is taken as it is (see
-	// RetryPolicy.WithDefaults).
-	Policy RetryPolicy
+	// bankclient.RetryPolicy.WithDefaults).
+	Policy bankclient.RetryPolicy
 	// Timeout bounds each attempt.
 	Timeout time.Duration
 	// Observe, when set, is told each attempt's operation, outcome and
@@ -43,10 +45,10 @@ type Retrier struct {
 	FoldDefinitive bool
 	// Ambiguous, when set, is told of every ambiguous answer as soon as it
 	// is seen.
-	Ambiguous func(ctx context.Context, op, key string, attempt int, ae *AmbiguousError)
+	Ambiguous func(ctx context.Context, op, key string, attempt int, ae *bankclient.AmbiguousError)
 	// Retrying, when set, is told of every ambiguous answer that is about
 	// to be retried, and how long the call waits first.
-	Retrying func(ctx context.Context, op, key string, attempt int, ae *AmbiguousError, wait time.Duration)
+	Retrying func(ctx context.Context, op, key string, attempt int, ae *bankclient.AmbiguousError, wait time.Duration)
 }
 
 // RetryCall runs attempt under r's retry policy: an ambiguous answer that
@@ -66,7 +68,7 @@ func RetryCall[T any](ctx context.Context, r Retrier, op, key string, attempt fu
 	interval := p.InitialInterval
 	rateLimitBudget := p.RateLimitWait
 	attempts, counted := 0, 0
-	var last *AmbiguousError
+	var last *bankclient.AmbiguousError
 	for {
 		if r.Wait != nil {
 			if err := r.Wait(ctx); err != nil {
@@ -85,7 +87,7 @@ func RetryCall[T any](ctx context.Context, r Retrier, op, key string, attempt fu
 		if a.Err == nil {
 			return res, nil
 		}
-		var ae *AmbiguousError
+		var ae *bankclient.AmbiguousError
 		if !errors.As(a.Err, &ae) {
 			if r.FoldDefinitive && last != nil {
 				last.Err = fmt.Errorf("%w (%w)", a.Err, last.Err)

@@ -1,4 +1,4 @@
-package bankclient
+package settle
 
 import (
 	"errors"
@@ -7,6 +7,9 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 )
 
 // FuzzParsePayment checks that no body makes the payment parser panic, and
@@ -24,8 +27,8 @@ func FuzzParsePayment(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		p, err := parsePayment(body)
 		if err != nil {
-			if !errors.Is(err, ErrMalformedResponse) {
-				t.Fatalf("error %v does not wrap ErrMalformedResponse", err)
+			if !errors.Is(err, bankclient.ErrMalformedResponse) {
+				t.Fatalf("error %v does not wrap bankclient.ErrMalformedResponse", err)
 			}
 			return
 		}
@@ -44,8 +47,8 @@ func FuzzParseStatement(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		page, err := parseStatement(body)
 		if err != nil {
-			if !errors.Is(err, ErrMalformedResponse) {
-				t.Fatalf("error %v does not wrap ErrMalformedResponse", err)
+			if !errors.Is(err, bankclient.ErrMalformedResponse) {
+				t.Fatalf("error %v does not wrap bankclient.ErrMalformedResponse", err)
 			}
 			return
 		}
@@ -62,7 +65,7 @@ func FuzzParseStatement(f *testing.F) {
 // but a 400 or 422 is ever a rejection, and no 5xx, 429 or 401 is ever
 // definitive.
 func FuzzClassifySend(f *testing.F) {
-	key := KeyFor("stl-1")
+	key := bankclient.KeyFor("stl-1")
 	f.Add(201, "", []byte(`{"id":"p","idempotency_key":"`+key+`","reference":"stl-1","status":"accepted","amount_cents":1250,"currency":"EUR"}`))
 	f.Add(200, "true", []byte(`{"id":"p","status":"settled"}`))
 	f.Add(422, "", []byte(`{"error":"rejected","reason":"no"}`))
@@ -75,12 +78,12 @@ func FuzzClassifySend(f *testing.F) {
 	f.Add(201, "", []byte(`{"id":"p","status":"accepted","idempotency_key":"other"}`))
 	f.Add(302, "", []byte(``))
 	f.Fuzz(func(t *testing.T, status int, replayed string, body []byte) {
-		req := PaymentRequest{AmountCents: 1250, Currency: "EUR", Reference: "stl-1"}
+		req := bankclient.PaymentRequest{AmountCents: 1250, Currency: "EUR", Reference: "stl-1"}
 		a := answer{status: status, header: http.Header{"Idempotent-Replayed": {replayed}}, body: body}
 		res, outcome, err := classifySend(a, key, req)
 
 		classes := 0
-		for _, b := range []bool{err == nil, IsAmbiguous(err), IsRejected(err), IsKeyReuse(err)} {
+		for _, b := range []bool{err == nil, bankclient.IsAmbiguous(err), bankclient.IsRejected(err), bankclient.IsKeyReuse(err)} {
 			if b {
 				classes++
 			}
@@ -88,7 +91,7 @@ func FuzzClassifySend(f *testing.F) {
 		if classes != 1 {
 			t.Fatalf("status %d: %d classes (err %v)", status, classes, err)
 		}
-		if IsNotFound(err) {
+		if bankclient.IsNotFound(err) {
 			t.Fatalf("status %d: send classified as not found", status)
 		}
 		switch {
@@ -100,28 +103,28 @@ func FuzzClassifySend(f *testing.F) {
 			if p.ID == "" || !p.Status.Valid() || (p.IdempotencyKey != "" && p.IdempotencyKey != key) {
 				t.Fatalf("accepted an invalid payment: %+v", p)
 			}
-			if outcome != OutcomeAccepted && outcome != OutcomeReplayed {
+			if outcome != bankclient.OutcomeAccepted && outcome != bankclient.OutcomeReplayed {
 				t.Fatalf("outcome %s for an accepted payment", outcome)
 			}
-		case IsRejected(err):
+		case bankclient.IsRejected(err):
 			if status != 400 && status != 422 {
 				t.Fatalf("status %d classified as a rejection", status)
 			}
-			if outcome != OutcomeRejected {
+			if outcome != bankclient.OutcomeRejected {
 				t.Fatalf("outcome %s for a rejection", outcome)
 			}
 			assertPrintable(t, err.Error())
-		case IsKeyReuse(err):
+		case bankclient.IsKeyReuse(err):
 			if status != 422 {
 				t.Fatalf("status %d classified as key reuse", status)
 			}
-		case IsAmbiguous(err):
-			if outcome != OutcomeAmbiguous && outcome != OutcomeUnauthorized {
+		case bankclient.IsAmbiguous(err):
+			if outcome != bankclient.OutcomeAmbiguous && outcome != bankclient.OutcomeUnauthorized {
 				t.Fatalf("outcome %s for an ambiguous answer", outcome)
 			}
 			assertPrintable(t, err.Error())
 		}
-		if (status >= 500 || status == 429 || status == 401 || status == 403) && !IsAmbiguous(err) {
+		if (status >= 500 || status == 429 || status == 401 || status == 403) && !bankclient.IsAmbiguous(err) {
 			t.Fatalf("status %d not ambiguous: %v", status, err)
 		}
 	})
@@ -140,21 +143,6 @@ func assertPrintable(t *testing.T, s string) {
 	}
 }
 
-func TestSanitize(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ in, want string }{
-		{"insufficient funds", "insufficient funds"},
-		{"a\x00b\nc\x1b[31m", "abc[31m"},
-		{"bad \xff utf8", "bad  utf8"},
-		{strings.Repeat("é", 200), strings.Repeat("é", 128) + "…"},
-	}
-	for _, tt := range tests {
-		if got := Sanitize(tt.in); got != tt.want {
-			t.Errorf("Sanitize(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestCheckDuplicateKeys(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -162,18 +150,18 @@ func TestCheckDuplicateKeys(t *testing.T) {
 		wantErr error
 	}{
 		{`{"id":"p","status":"settled"}`, nil},
-		{`{"status":"failed","status":"settled"}`, errDuplicateKey},
+		{`{"status":"failed","status":"settled"}`, bankhttp.ErrDuplicateKey},
 		{`{"payments":[{"id":"a","x":{"k":1}},{"id":"b","x":{"k":2}}],"next":""}`, nil},
-		{`{"payments":[{"id":"a","id":"b"}]}`, errDuplicateKey},
-		{`{"a":{"b":1},"a":2}`, errDuplicateKey},
+		{`{"payments":[{"id":"a","id":"b"}]}`, bankhttp.ErrDuplicateKey},
+		{`{"a":{"b":1},"a":2}`, bankhttp.ErrDuplicateKey},
 		{`{"a":[1,{"b":2}],"c":{"b":3}}`, nil},
-		{`{"a":1,"\u0061":2}`, errDuplicateKey},
-		{strings.Repeat("[", 40) + strings.Repeat("]", 40), errTooDeep},
+		{`{"a":1,"\u0061":2}`, bankhttp.ErrDuplicateKey},
+		{strings.Repeat("[", 40) + strings.Repeat("]", 40), bankhttp.ErrTooDeep},
 		{`{"a":`, nil}, // a syntax error, left to json.Unmarshal
 	}
 	for _, tt := range tests {
 		err := checkDuplicateKeys([]byte(tt.body))
-		if !errors.Is(err, tt.wantErr) || (err != nil && !errors.Is(err, ErrMalformedResponse)) {
+		if !errors.Is(err, tt.wantErr) || (err != nil && !errors.Is(err, bankclient.ErrMalformedResponse)) {
 			t.Errorf("checkDuplicateKeys(%s) = %v, want %v", tt.body, err, tt.wantErr)
 		}
 	}

@@ -1,4 +1,4 @@
-package bankclient_test
+package bankhttp_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 )
 
 // TestParseSignatureHeader: exactly one decimal t= and at least one hex
@@ -22,7 +23,7 @@ func TestParseSignatureHeader(t *testing.T) {
 		"t=1700000000,v1=nothex,v1=" + sig + ",scheme=ed": 1,
 	}
 	for h, n := range good {
-		sh, err := bankclient.ParseSignatureHeader(h)
+		sh, err := bankhttp.ParseSignatureHeader(h)
 		if err != nil || sh.Timestamp != "1700000000" || !sh.At.Equal(time.Unix(1700000000, 0)) || len(sh.Signatures) != n {
 			t.Errorf("%q: %+v, %v; want t=1700000000 and %d signatures", h, sh, err, n)
 		}
@@ -42,7 +43,7 @@ func TestParseSignatureHeader(t *testing.T) {
 		"t=17e8,v1=" + sig,
 		"t=99999999999999999999,v1=" + sig,
 	} {
-		if sh, err := bankclient.ParseSignatureHeader(h); !errors.Is(err, bankclient.ErrWebhookSignature) {
+		if sh, err := bankhttp.ParseSignatureHeader(h); !errors.Is(err, bankclient.ErrWebhookSignature) {
 			t.Errorf("%q: %+v, %v; want %v", h, sh, err, bankclient.ErrWebhookSignature)
 		}
 	}

@@ -1,6 +1,10 @@
-package bankclient
+package bankhttp
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/settle/settle/bankclient"
+)
 
 // TestTransportConns: a transport of our own keeps as many idle
 // connections to the bank as the engine has requests at it at once, and
@@ -8,7 +12,7 @@ import "testing"
 func TestTransportConns(t *testing.T) {
 	t.Parallel()
 	for conns, want := range map[int]int{0: 32, 8: 32, 100: 100, 500: 500} {
-		tr, err := Options{Conns: conns}.Transport()
+		tr, err := Transport(bankclient.Options{Conns: conns})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package bankclient_test
+package settle_test
 
 import (
 	"bytes"
@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/bankhttp"
 	_ "github.com/settle/settle/bankclient/obie"
+	"github.com/settle/settle/bankclient/settle"
 	_ "github.com/settle/settle/bankclient/stripe"
 )
 
@@ -29,8 +31,8 @@ func TestPlainHTTPToARemoteBank(t *testing.T) {
 		for _, url := range []string{"http://bank.example", "http://bank.example:8081/api", "http://10.1.2.3:8081", "http://[2001:db8::1]:80", "http://localhost.example", "http://127.0.0.1.nip.example"} {
 			for _, opts := range []bankclient.Options{{}, {Token: token}, {Token: token, InsecureHTTP: true}} {
 				_, err := conn.New(url, opts)
-				if !errors.Is(err, bankclient.ErrPlainHTTP) {
-					t.Errorf("%s: New(%s, token %t, insecure %t) = %v, want %v", name, url, opts.Token != "", opts.InsecureHTTP, err, bankclient.ErrPlainHTTP)
+				if !errors.Is(err, bankhttp.ErrPlainHTTP) {
+					t.Errorf("%s: New(%s, token %t, insecure %t) = %v, want %v", name, url, opts.Token != "", opts.InsecureHTTP, err, bankhttp.ErrPlainHTTP)
 				} else if strings.Contains(err.Error(), token) {
 					t.Errorf("%s: the credential is in the error: %v", name, err)
 				}
@@ -40,7 +42,7 @@ func TestPlainHTTPToARemoteBank(t *testing.T) {
 	// settle's protocol without a credential: only when told, and loudly.
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	if _, err := bankclient.New("http://bank.example:8081", bankclient.Options{InsecureHTTP: true, Logger: logger}); err != nil {
+	if _, err := settle.New("http://bank.example:8081", bankclient.Options{InsecureHTTP: true, Logger: logger}); err != nil {
 		t.Fatalf("--bank-insecure-http without a credential: %v", err)
 	}
 	if line := logs.String(); !strings.Contains(line, "level=WARN") || !strings.Contains(line, "INSECURE") || !strings.Contains(line, "bank.example") {
@@ -48,7 +50,7 @@ func TestPlainHTTPToARemoteBank(t *testing.T) {
 	}
 	for _, url := range []string{"http://127.0.0.1:8081", "http://localhost:8081", "http://[::1]:8081", "https://bank.example"} {
 		logs.Reset()
-		if _, err := bankclient.New(url, bankclient.Options{Logger: logger, InsecureHTTP: true}); err != nil {
+		if _, err := settle.New(url, bankclient.Options{Logger: logger, InsecureHTTP: true}); err != nil {
 			t.Errorf("New(%s): %v", url, err)
 		}
 		if logs.Len() != 0 {
