@@ -85,11 +85,17 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSett
 		})
 	}
 	out, err := resolve()
-	// A hint's news may be newer than what moved the settlement while this
-	// check asked the bank (a bank pushes "settled" before its answer to
-	// our POST has been recorded as sent): ask again, from the state it is
-	// in now, rather than leave the news to the next scheduled check.
-	for try := 0; job.Args.Hint && err == nil && out.LostRace && try < hintRetries; try++ {
+	// Another process moved the settlement while this check asked the
+	// bank: ask again, from the state it is in now. A hint's news may be
+	// newer than what moved it (a bank pushes "settled" before its answer
+	// to our POST has been recorded as sent), rather than leave the news
+	// to the next scheduled check. And the settlement's own check is the
+	// one that keeps its schedule: a hint that moved it onward (the
+	// account holder's redirect, checked at once, pays a consent
+	// authorised since) ends without scheduling anything, so the own check
+	// completing on a lost race would leave the settlement to the sweep,
+	// a lease later.
+	for try := 0; err == nil && out.LostRace && !out.State.Terminal() && try < lostRaceRetries; try++ {
 		out, err = resolve()
 	}
 	if wb := (*reconcile.WrongBankError)(nil); errors.As(err, &wb) {
@@ -106,9 +112,9 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSett
 	return river.JobSnooze(max(out.NextCheckAt.Sub(w.now()), 0))
 }
 
-// hintRetries bounds how often a hint's check asks again after another
+// lostRaceRetries bounds how often a check asks again after another
 // process moved the settlement under it.
-const hintRetries = 3
+const lostRaceRetries = 3
 
 // NextRetry retries a failed check soon.
 func (w *ReconcileWorker) NextRetry(job *river.Job[ReconcileSettlementArgs]) time.Time {

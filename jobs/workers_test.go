@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -477,5 +478,95 @@ func TestRematchMatchesALineImportedBeforeItsSettlement(t *testing.T) {
 		}
 		return match == "reference" && sid == "rm-1", "line " + match + " " + sid
 	})
+	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
+}
+
+// racingBank loses the answer to the first Send (the payment is made) and
+// holds the next call, whichever it is, until released: the settlement's
+// own check is then asking the bank while the test moves the settlement
+// under it.
+type racingBank struct {
+	bankclient.Bank
+	mu      sync.Mutex
+	calls   int
+	asking  chan struct{}
+	release chan struct{}
+}
+
+// next counts a call and holds the second until released.
+func (b *racingBank) next(ctx context.Context) (int, error) {
+	b.mu.Lock()
+	b.calls++
+	n := b.calls
+	b.mu.Unlock()
+	if n == 2 {
+		close(b.asking)
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return n, ctx.Err()
+		}
+	}
+	return n, nil
+}
+
+func (b *racingBank) Send(ctx context.Context, key string, req bankclient.PaymentRequest) (bankclient.SendResult, error) {
+	n, err := b.next(ctx)
+	if err != nil {
+		return bankclient.SendResult{}, err
+	}
+	res, err := b.Bank.Send(ctx, key, req)
+	if n == 1 && err == nil {
+		return bankclient.SendResult{}, &bankclient.AmbiguousError{Op: bankclient.OpSend}
+	}
+	return res, err
+}
+
+func (b *racingBank) StatusByKey(ctx context.Context, key string) (bankclient.Payment, error) {
+	if _, err := b.next(ctx); err != nil {
+		return bankclient.Payment{}, err
+	}
+	return b.Bank.StatusByKey(ctx, key)
+}
+
+// TestOwnCheckKeepsTheScheduleAfterALostRace: while the settlement's own
+// check asks the bank, another process (a webhook's hint check, or the
+// console's redirect) moves the settlement onward to sent. The own check's
+// decision is stale (a lost race), and it is the check that keeps the
+// settlement's schedule: it goes on from sent and the settlement is
+// confirmed, with the sweep unable to take over (a lease of an hour).
+func TestOwnCheckKeepsTheScheduleAfterALostRace(t *testing.T) {
+	t.Parallel()
+	bank := &racingBank{asking: make(chan struct{}), release: make(chan struct{})}
+	b := setup(t, fakebank.Faults{SettleDelayMS: 1500}, false, func(d *Deps) {
+		bank.Bank = d.Resolver.Bank
+		d.Resolver.Bank = bank
+		d.Resolver.Lease = time.Hour
+	})
+	b.start(t)
+	b.submit(t, "st-race", 1234)
+	select {
+	case <-bank.asking:
+	case <-time.After(settletest.WaitLimit):
+		t.Fatal("the own check never asked the bank")
+	}
+	// Another process checks it meanwhile: the bank holds the payment,
+	// not settled yet, and the settlement moves uncertain → sent.
+	out, err := b.deps.Resolver.Resolve(t.Context(), "st-race", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.State != settlement.Sent {
+		t.Fatalf("the other check moved it to %s, want sent", out.State)
+	}
+	close(bank.release)
+	waitTerminal(t, b.db, 1)
+	var state string
+	if err := b.db.Pool.QueryRow(t.Context(), `SELECT state FROM settlements WHERE settlement_id = 'st-race'`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != string(settlement.Confirmed) {
+		t.Fatalf("settlement %s, want confirmed", state)
+	}
 	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
 }
