@@ -418,11 +418,13 @@ type refusedReceipt struct {
 }
 
 // insertSQL inserts the receipts of the leads and, only for the receipts
-// actually inserted, their settlements. A concurrent transaction inserting
-// the same settlement_id makes ours wait on the unique index until it ends;
-// if it committed, ON CONFLICT DO NOTHING skips the row. The NOT EXISTS
-// covers a settlement whose receipt was removed by retention: it is never
-// created twice.
+// actually inserted, their settlements, each with its creation event
+// counted (statemachine.CreationCounted: Created, in the same transaction,
+// then writes that event without rewriting the row). A concurrent
+// transaction inserting the same settlement_id makes ours wait on the
+// unique index until it ends; if it committed, ON CONFLICT DO NOTHING skips
+// the row. The NOT EXISTS covers a settlement whose receipt was removed by
+// retention: it is never created twice.
 const insertSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[],
@@ -438,9 +440,9 @@ WITH input AS (
 	RETURNING settlement_id
 )
 INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
-	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at, bank)
+	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at, bank, event_seq)
 SELECT i.settlement_id, i.account_id, i.beneficiary, i.amount_cents, i.currency, 'pending',
-	i.bank_key, i.bank_reference, i.payload_hash, $11, $10, $10, i.bank
+	i.bank_key, i.bank_reference, i.payload_hash, $11, $10, $10, i.bank, ` + statemachine.CreationCounted + `
 FROM input i JOIN r USING (settlement_id)
 ORDER BY i.settlement_id
 RETURNING ` + settlementdb.Columns
@@ -457,8 +459,8 @@ WITH r AS (
 	RETURNING settlement_id
 )
 INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state,
-	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at, bank)
-SELECT r.settlement_id, $5, $6, $7, $8, 'pending', $9, $12, $2, $11, $10, $10, $13
+	bank_key, bank_reference, payload_hash, next_check_at, created_at, updated_at, bank, event_seq)
+SELECT r.settlement_id, $5, $6, $7, $8, 'pending', $9, $12, $2, $11, $10, $10, $13, ` + statemachine.CreationCounted + `
 FROM r
 RETURNING ` + settlementdb.Columns
 

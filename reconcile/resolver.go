@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -622,9 +623,15 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
-	if d.Moves(f.State) {
+	// The bank's facts and the next check: written by the transition's own
+	// UPDATE when the decision moves the settlement (the row is rewritten
+	// once), else by an UPDATE of their own, conditioned on the state.
+	facts := []any{paymentID, bankStatus, nextCheck, checks, consentID, consentStatus, consentRequested, consentExpires, d.Pay}
+	moves := d.Moves(f.State)
+	if moves {
 		err := statemachine.Transition(ctx, tx, statemachine.Change{
 			SettlementID: f.SettlementID, From: f.State, To: d.To, Reason: d.Reason, At: now,
+			Set: bankFactsSet(6), SetArgs: facts,
 		})
 		if errors.Is(err, statemachine.ErrLostRace) || errors.Is(err, statemachine.ErrForbidden) {
 			// Another process moved it: its decision stands, ours is stale.
@@ -645,30 +652,20 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 			return Outcome{}, fmt.Errorf("error applying decision for settlement %s: %w", f.SettlementID, err)
 		}
 	}
-	// The attempt's answer, the bank's facts and the movement travel in
-	// one round trip. Each statement is conditioned on the settlement being
-	// in the decided state, so a lost race writes nothing that is kept: it
-	// is rolled back below.
+	// The attempt's answer, the bank's facts (unless the transition wrote
+	// them) and the movement travel in one round trip. Each statement is
+	// conditioned on the settlement being in the decided state, so a lost
+	// race writes nothing that is kept: it is rolled back below.
 	b := &pgx.Batch{}
 	if att.id != 0 {
 		q, args := finishAttemptQuery(att, now)
 		b.Queue(q, args...)
 	}
-	b.Queue(`
-		UPDATE settlements
-		SET bank_payment_id = COALESCE($3, bank_payment_id),
-		    bank_status = COALESCE($4, bank_status),
-		    next_check_at = $5,
-		    check_attempts = CASE WHEN $12 THEN 0 ELSE check_attempts + $6 END,
-		    updated_at = $7,
-		    bank_consent_id = COALESCE(bank_consent_id, $8),
-		    consent_status = COALESCE($9, consent_status),
-		    consent_requested_at = COALESCE(consent_requested_at, $10),
-		    consent_expires_at = COALESCE($11, consent_expires_at)
-		WHERE settlement_id = $1 AND state = $2`,
-		f.SettlementID, string(d.To), paymentID, bankStatus, nextCheck,
-		checks, now,
-		consentID, consentStatus, consentRequested, consentExpires, d.Pay)
+	if !moves {
+		b.Queue(`UPDATE settlements SET `+bankFactsSet(4)+`, updated_at = $3
+			WHERE settlement_id = $1 AND state = $2`,
+			append([]any{f.SettlementID, string(d.To), now}, facts...)...)
+	}
 	// The flag goes through the state machine, which writes its event.
 	statemachine.QueueFlag(b, f.SettlementID, flagReason, now)
 	kind := ""
@@ -691,12 +688,15 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 			return Outcome{}, fmt.Errorf("error recording bank attempt %d: %w", att.id, err)
 		}
 	}
-	tag, err := br.Exec()
-	if err != nil {
-		br.Close()
-		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
+	var tag pgconn.CommandTag
+	if !moves {
+		tag, err = br.Exec()
+		if err != nil {
+			br.Close()
+			return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
+		}
 	}
-	if tag.RowsAffected() == 0 {
+	if !moves && tag.RowsAffected() == 0 {
 		// It stayed in its state in our decision, but not in the database.
 		br.Close()
 		_ = tx.Rollback(ctx)
@@ -743,6 +743,24 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 	r.observe(f, d, flagReason)
 	r.logDecision(ctx, f, d, att)
 	return out, nil
+}
+
+// bankFactsSet is the assignments that record a decision's bank facts and
+// next check on its settlements row, their parameters numbered from k: the
+// bank's payment id and status ($k, $k+1, each kept when nil), the next
+// check ($k+2), the status checks to add ($k+3; reset when $k+8, a consent
+// that lets the payment go), and the consent's id, status, request and
+// expiry ($k+4 to $k+7, the id and the request kept once set).
+func bankFactsSet(k int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(k+i) }
+	return `bank_payment_id = COALESCE(` + p(0) + `, bank_payment_id),
+		    bank_status = COALESCE(` + p(1) + `, bank_status),
+		    next_check_at = ` + p(2) + `,
+		    check_attempts = CASE WHEN ` + p(8) + ` THEN 0 ELSE check_attempts + ` + p(3) + ` END,
+		    bank_consent_id = COALESCE(bank_consent_id, ` + p(4) + `),
+		    consent_status = COALESCE(` + p(5) + `, consent_status),
+		    consent_requested_at = COALESCE(consent_requested_at, ` + p(6) + `),
+		    consent_expires_at = COALESCE(` + p(7) + `, consent_expires_at)`
 }
 
 // observe counts a committed decision.

@@ -342,3 +342,71 @@ func TestResolverNotFound(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestResolverOutcomeRewritesTheRowOnce records each answer with one new
+// version of the settlement's row, in the transaction of the outcome: the
+// transition carries the bank's facts and the next check when the
+// decision moves the settlement, and an UPDATE of their own writes them
+// when it does not.
+func TestResolverOutcomeRewritesTheRowOnce(t *testing.T) {
+	t.Parallel()
+	b := setupResolver(t, fakebank.Faults{SettleDelayMS: 60_000})
+	insertSettlement(t, b.db, "s-once", 100)
+	countRowVersions(t, b.db)
+	updates := func(want string) TxHook {
+		return func(ctx context.Context, tx pgx.Tx, out Outcome) error {
+			n, err := rowVersions(ctx, tx)
+			if err != nil {
+				return err
+			}
+			var paymentID *string
+			if err := tx.QueryRow(ctx, "SELECT bank_payment_id FROM settlements WHERE settlement_id = 's-once'").Scan(&paymentID); err != nil {
+				return err
+			}
+			if n != 1 || paymentID == nil || out.State != settlement.State(want) {
+				t.Errorf("outcome %s: %d row versions of the settlement, payment id %v; want 1 and the bank's", out.State, n, paymentID)
+			}
+			return nil
+		}
+	}
+	// pending → sent (the transition writes the bank's answer).
+	if out, err := b.r.Send(context.Background(), "s-once", updates("sent")); err != nil || out.State != settlement.Sent {
+		t.Fatalf("send = %+v, %v", out, err)
+	}
+	// sent, still processing at the bank: the answer moves nothing.
+	if out, err := b.r.Resolve(context.Background(), "s-once", updates("sent")); err != nil || out.State != settlement.Sent || out.Done {
+		t.Fatalf("resolve = %+v, %v", out, err)
+	}
+	if r := readRow(t, b.db, "s-once"); r.paymentID == nil || r.unfinished != 0 || r.nextCheck == nil {
+		t.Fatalf("row = %+v", r)
+	}
+}
+
+// countRowVersions makes every new version of a settlements row in db
+// count in the transaction's setting test.row_versions (a trigger of this
+// test's own database), so that a test can read how many times a
+// transaction rewrote settlements rows.
+func countRowVersions(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), `
+		CREATE FUNCTION test_count_row_versions() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM set_config('test.row_versions',
+				(coalesce(nullif(current_setting('test.row_versions', true), ''), '0')::int + 1)::text, true);
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER test_count_row_versions AFTER UPDATE ON settlements
+			FOR EACH ROW EXECUTE FUNCTION test_count_row_versions()`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rowVersions is how many settlements rows q's transaction has rewritten
+// so far (countRowVersions).
+func rowVersions(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, "SELECT coalesce(nullif(current_setting('test.row_versions', true), ''), '0')::int").Scan(&n)
+	return n, err
+}

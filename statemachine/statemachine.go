@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,7 +77,20 @@ type Change struct {
 	Reason string
 	// At is the time of the transition (the injected clock).
 	At time.Time
+	// Set, when not empty, holds the caller's own assignments to the
+	// settlements row ("col = expr, …"), made by the UPDATE that moves the
+	// state: a caller that writes columns of its own with a transition (the
+	// bank's answer, the next check) rewrites the row once instead of twice,
+	// one row version and one entry in every index of settlements fewer.
+	// Its parameters are $6 onwards, bound to SetArgs; the expressions see
+	// the row as it was before the transition. It may not assign state,
+	// event_seq or updated_at, which the transition sets.
+	Set     string
+	SetArgs []any
 }
+
+// ownColumns are the columns of settlements a Change's Set may not assign.
+var ownColumns = regexp.MustCompile(`(?i)(^|[\s,])(state|event_seq|updated_at)\s*=`)
 
 // Transition moves a settlement from c.From to c.To inside tx and appends
 // the transition to its history. It returns a *TransitionError wrapping
@@ -89,12 +103,19 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 	if c.At.IsZero() {
 		c.At = time.Now()
 	}
+	set := ""
+	if c.Set != "" {
+		if ownColumns.MatchString(c.Set) {
+			return fmt.Errorf("error moving settlement %s from %s to %s: Set assigns a column of the transition: %s", c.SettlementID, c.From, c.To, c.Set)
+		}
+		set = ", " + c.Set
+	}
 	// One statement: the optimistic update and the history row commit or
 	// fail together, and the row count says whether we won.
 	var id int64
 	err := tx.QueryRow(ctx, `
 		WITH moved AS (
-			UPDATE settlements SET state = $3, updated_at = $5, event_seq = event_seq + 1
+			UPDATE settlements SET state = $3, updated_at = $5, event_seq = event_seq + 1`+set+`
 			WHERE settlement_id = $1 AND state = $2
 			RETURNING settlement_id, event_seq, account_id, amount_cents, currency, bank
 		), event AS (
@@ -108,7 +129,7 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
 		SELECT settlement_id, $2, $3, $4, $5 FROM moved
 		RETURNING id`,
-		c.SettlementID, string(c.From), string(c.To), c.Reason, c.At).Scan(&id)
+		append([]any{c.SettlementID, string(c.From), string(c.To), c.Reason, c.At}, c.SetArgs...)...).Scan(&id)
 	if err == nil {
 		return nil
 	}
@@ -126,10 +147,20 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 	return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Actual: settlement.State(actual), Err: ErrLostRace}
 }
 
+// CreationCounted is the event_seq (an SQL literal) of a settlements row
+// inserted with its creation event already counted. Intake inserts its settlements so, and
+// Created then numbers their creation event 1 without rewriting the rows
+// inserted a moment before in the same transaction: each rewrite is a new
+// row version, written to the WAL with an entry in every index of
+// settlements. A row inserted with no event counted (event_seq 0, the
+// column's default) is counted by Created.
+const CreationCounted = "1"
+
 // Created records the creation of settlements (→ pending) in their
 // history and takes each one's hold on its account (creating the account
 // on first use), in one statement however many there are. The settlements
-// rows themselves are inserted by intake in the same transaction.
+// rows themselves are inserted by the caller in the same transaction, with
+// event_seq CreationCounted or 0.
 func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settlementIDs ...string) error {
 	if len(settlementIDs) == 0 {
 		return nil
@@ -139,11 +170,21 @@ func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settleme
 	}
 	// The transition rows name the ids given (a missing settlement is a
 	// foreign key error); the events are numbered by the settlements' rows.
+	// A row whose creation is counted already is read as it is, any other
+	// is counted here; the UPDATE and the SELECT both see the rows as they
+	// were before the statement, so no row is taken twice. A settlement
+	// whose creation event exists already fails on that event's unique
+	// number, or gets the next one: never a second event numbered alike.
 	_, err := tx.Exec(ctx, `
-		WITH moved AS (
+		WITH counted AS (
 			UPDATE settlements SET event_seq = event_seq + 1
-			WHERE settlement_id = ANY($1::text[])
+			WHERE settlement_id = ANY($1::text[]) AND event_seq <> `+CreationCounted+`
 			RETURNING settlement_id, event_seq, account_id, amount_cents, currency, bank
+		), moved AS (
+			SELECT * FROM counted
+			UNION ALL
+			SELECT settlement_id, event_seq, account_id, amount_cents, currency, bank FROM settlements
+			WHERE settlement_id = ANY($1::text[]) AND event_seq = `+CreationCounted+`
 		), event AS (
 			`+insertEventSQL+`
 				SELECT settlement_id, event_seq AS n, 'settlement.' || $2::text AS type,

@@ -196,3 +196,128 @@ func TestCreatedMany(t *testing.T) {
 		t.Fatal("creation of an unknown settlement recorded")
 	}
 }
+
+// countRowVersions makes every new version of a settlements row in db
+// count in the transaction's setting test.row_versions (a trigger of this
+// test's own database), so that a test can read how many times a
+// transaction rewrote settlements rows.
+func countRowVersions(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), `
+		CREATE FUNCTION test_count_row_versions() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM set_config('test.row_versions',
+				(coalesce(nullif(current_setting('test.row_versions', true), ''), '0')::int + 1)::text, true);
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER test_count_row_versions AFTER UPDATE ON settlements
+			FOR EACH ROW EXECUTE FUNCTION test_count_row_versions()`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rowVersions is how many settlements rows q's transaction has rewritten
+// so far (countRowVersions).
+func rowVersions(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, "SELECT coalesce(nullif(current_setting('test.row_versions', true), ''), '0')::int").Scan(&n)
+	return n, err
+}
+
+// rowUpdates is rowVersions of tx, failing t on an error.
+func rowUpdates(t *testing.T, tx pgx.Tx) int {
+	t.Helper()
+	n, err := rowVersions(context.Background(), tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCreatedCountedWritesNoRowVersion records the creation of a
+// settlement inserted with its creation event counted without rewriting
+// its row, and still counts the event of one inserted without: both get
+// event 1, and a second creation of the first is refused.
+func TestCreatedCountedWritesNoRowVersion(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	countRowVersions(t, db)
+	b := setup(t, db) // s1, inserted with event_seq 0
+	ctx := context.Background()
+	if _, err := b.tx.Exec(ctx, `INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash, event_seq)
+		VALUES ('c1', 'acc', 'ben', 100, 'EUR', 'pending', 'k-c1', 'sha256:00', `+statemachine.CreationCounted+`)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := statemachine.Created(ctx, b.tx, "received", time.Time{}, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rowUpdates(t, b.tx); n != 0 {
+		t.Fatalf("Created rewrote %d rows of a settlement inserted with its creation counted, want 0", n)
+	}
+	if err := statemachine.Created(ctx, b.tx, "received", time.Time{}, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rowUpdates(t, b.tx); n != 1 {
+		t.Fatalf("Created counted %d rows of a settlement inserted without, want 1", n)
+	}
+	for _, id := range []string{"c1", "s1"} {
+		var seq, events, held int
+		if err := b.tx.QueryRow(ctx, `SELECT event_seq,
+				(SELECT count(*) FROM settlement_events e WHERE e.settlement_id = s.settlement_id AND e.n = 1 AND e.type = 'settlement.pending'),
+				(SELECT count(*) FROM ledger_holds h WHERE h.settlement_id = s.settlement_id AND h.state = 'held')
+			FROM settlements s WHERE settlement_id = $1`, id).Scan(&seq, &events, &held); err != nil {
+			t.Fatal(err)
+		}
+		if seq != 1 || events != 1 || held != 1 {
+			t.Errorf("%s: event_seq %d, creation events %d, holds %d; want 1, 1, 1", id, seq, events, held)
+		}
+	}
+	if _, err := b.tx.Exec(ctx, "SAVEPOINT again"); err != nil {
+		t.Fatal(err)
+	}
+	if err := statemachine.Created(ctx, b.tx, "received", time.Time{}, "c1"); err == nil {
+		t.Fatal("a second creation of c1 was recorded")
+	}
+	if _, err := b.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT again"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTransitionSetRewritesTheRowOnce writes the caller's columns with the
+// transition, in its one UPDATE, and refuses a Set that assigns a column of
+// the transition itself.
+func TestTransitionSetRewritesTheRowOnce(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	countRowVersions(t, db)
+	b := setup(t, db)
+	ctx := context.Background()
+	err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Pending, To: settlement.Sent, Reason: "test",
+		Set: "bank_payment_id = COALESCE($6, bank_payment_id), check_attempts = check_attempts + $7", SetArgs: []any{"pay-1", 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rowUpdates(t, b.tx); n != 1 {
+		t.Fatalf("the transition and its Set made %d row versions, want 1", n)
+	}
+	var state, paymentID string
+	var checks, seq int
+	if err := b.tx.QueryRow(ctx, "SELECT state, bank_payment_id, check_attempts, event_seq FROM settlements WHERE settlement_id = 's1'").
+		Scan(&state, &paymentID, &checks, &seq); err != nil {
+		t.Fatal(err)
+	}
+	if state != "sent" || paymentID != "pay-1" || checks != 2 || seq != 1 {
+		t.Fatalf("row: state %s, payment %s, checks %d, event_seq %d", state, paymentID, checks, seq)
+	}
+	for _, set := range []string{"state = 'failed'", "bank_status = 'x', event_seq = 0", "UPDATED_AT=now()"} {
+		err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed, Reason: "test", Set: set})
+		if err == nil || errors.Is(err, statemachine.ErrLostRace) {
+			t.Errorf("Set %q: err = %v, want refused", set, err)
+		}
+	}
+	if n := rowUpdates(t, b.tx); n != 1 {
+		t.Fatalf("a refused Set wrote: %d row versions", n)
+	}
+}
