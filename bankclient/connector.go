@@ -237,33 +237,27 @@ func (c Connector) URL() string {
 	return DefaultURL
 }
 
-// connectors are the registered connectors, by name.
-var connectors = map[string]Connector{}
+// Connectors are the connectors a program offers, built by the program
+// (cmd/settle lists settle's own, Stripe's and Open Banking's, the last
+// with the configuration it read): there is no registry.
+type Connectors []Connector
 
-// Register adds a connector; connector packages call it from init. It
-// panics on a duplicate name (a programming error).
-func Register(c Connector) {
-	if _, dup := connectors[c.Name]; dup || c.Name == "" || c.New == nil {
-		panic(fmt.Sprintf("bankclient: bad or duplicate connector %q", c.Name))
-	}
-	connectors[c.Name] = c
-}
-
-// Names lists the registered connectors, sorted.
-func Names() []string {
-	names := make([]string, 0, len(connectors))
-	for n := range connectors {
-		names = append(names, n)
+// Names lists the connectors' names, sorted.
+func (cs Connectors) Names() []string {
+	names := make([]string, 0, len(cs))
+	for _, c := range cs {
+		names = append(names, c.Name)
 	}
 	sort.Strings(names)
 	return names
 }
 
 // Lookup returns the connector called name; the error lists the known ones.
-func Lookup(name string) (Connector, error) {
-	c, ok := connectors[name]
-	if !ok {
-		return Connector{}, fmt.Errorf("unknown bank connector %q (known: %s)", name, strings.Join(Names(), ", "))
+func (cs Connectors) Lookup(name string) (Connector, error) {
+	for _, c := range cs {
+		if c.Name == name {
+			return c, nil
+		}
 	}
-	return c, nil
+	return Connector{}, fmt.Errorf("unknown bank connector %q (known: %s)", name, strings.Join(cs.Names(), ", "))
 }

@@ -10,7 +10,9 @@
 // The connectors implement it beside it: bankclient/settle (settle's own
 // protocol, served by the fakebank), bankclient/stripe and bankclient/obie;
 // bankclient/bankhttp holds the plumbing they share. This package holds
-// no client.
+// no client, reads no environment of its own accord (OptionsFromEnv reads
+// through the getenv its caller passes) and keeps no registry: the
+// program lists the connectors it offers ([Connectors]).
 //
 // It must never decide settlement state (that is statemachine's job, on the
 // outcome a connector reports), never persist anything, never retry with a

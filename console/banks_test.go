@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/bankclient/stripe"
 	_ "github.com/settle/settle/bankclient/stripe" // routed to, not served
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
@@ -20,6 +23,7 @@ func TestConsoleShowsEachSettlementsBank(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "", fakebank.Faults{}, func(c *worker.Config) {
 		c.Routes = intake.Routes{ByCurrency: map[string]string{"USD": "stripe"}}
+		c.Connectors = bankclient.Connectors{settle.Connector, stripe.Connector}
 	})
 	b.submit(t, "mine", "acc-1", 100)
 	ev := `{"settlement_id":"theirs","account_id":"acc-1","amount_cents":200,"currency":"USD","beneficiary":"ba_1Console"}`

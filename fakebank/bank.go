@@ -5,7 +5,7 @@
 // renders its books as the files banks send (GET /v1/statements/{date}:
 // camt.053, camt.054, BAI2, MT940; DESIGN section 14), and lets a settled
 // payment come back (Return, POST /admin/returns). The same books are
-// served through other banks' APIs (Profiles): Stripe's payouts (stripe.go)
+// served through other banks' APIs (profiles): Stripe's payouts (stripe.go)
 // and UK Open Banking's consents and domestic payments, with message
 // signing and mutual TLS (obie.go).
 //
@@ -35,7 +35,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,7 +59,7 @@ type Options struct {
 	// Logger receives one structured event per decision. Default: discard.
 	Logger *slog.Logger
 	// Profile is the API the bank serves its books through (one of
-	// Profiles; default "settle", the protocol of DESIGN.md section 7).
+	// ProfileNames; default "settle", the protocol of DESIGN.md section 7).
 	// /admin/faults and /admin/stats are the same in every profile.
 	Profile string
 	// JWSPublicKey, when set, is the TPP's key the obie profile verifies
@@ -86,23 +85,26 @@ type Options struct {
 	WebhookURL, WebhookSecret string
 }
 
-// Profiles maps each API face of the bank to the function that registers
-// its routes. Every profile serves the same books with the same faults;
+// profileRoutes returns the function that registers the routes of the API
+// face called profile (nil: no such profile): settle's protocol
+// (handler.go), Stripe's payouts (stripe.go), UK Open Banking (obie.go).
+// Every profile serves the same books with the same faults;
 // max_payments_per_reference counts payments per settlement reference
 // whichever field of its API carries it.
-var Profiles = map[string]func(b *Bank, api *http.ServeMux){
-	"settle": (*Bank).routes,
+func profileRoutes(profile string) func(b *Bank, api *http.ServeMux) {
+	switch profile {
+	case "settle":
+		return (*Bank).routes
+	case "stripe":
+		return (*Bank).stripeRoutes
+	case "obie":
+		return (*Bank).obieRoutes
+	}
+	return nil
 }
 
 // ProfileNames lists the profiles, sorted.
-func ProfileNames() []string {
-	names := make([]string, 0, len(Profiles))
-	for n := range Profiles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func ProfileNames() []string { return []string{"obie", "settle", "stripe"} }
 
 // Bank is a simulated bank. It is safe for concurrent use.
 type Bank struct {
@@ -157,7 +159,7 @@ func New(opts Options) (*Bank, error) {
 	if opts.Profile == "" {
 		opts.Profile = "settle"
 	}
-	if Profiles[opts.Profile] == nil {
+	if profileRoutes(opts.Profile) == nil {
 		return nil, fmt.Errorf("unknown profile %q (known: %s)", opts.Profile, strings.Join(ProfileNames(), ", "))
 	}
 	b := &Bank{
@@ -273,7 +275,7 @@ func (b *Bank) Handler() http.Handler {
 	mux.HandleFunc("POST /admin/returns", b.handleReturn)
 	// The bank's statement files, whatever the API's face.
 	mux.HandleFunc("GET /v1/statements/{date}", b.handleStatements)
-	Profiles[b.profile](b, api)
+	profileRoutes(b.profile)(b, api)
 	return mux
 }
 

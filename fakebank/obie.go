@@ -72,7 +72,6 @@ import (
 // v/s 404 (Not Found)" requires. Simulated server faults (fail_before_rate,
 // drop_response_rate's half that answers, status_error_rate) are 500
 // UK.OBIE.UnexpectedError, the only 5xx the document declares.
-func init() { Profiles["obie"] = (*Bank).obieRoutes }
 
 // obieBase is the base path of the OpenAPI document's servers.
 const obieBase = "/open-banking/v3.1/pisp"

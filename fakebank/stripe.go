@@ -39,7 +39,6 @@ const StripeBalanceAccount = "stripe_balance"
 // the debtor account. Errors have Stripe's shape, {"error": {"type",
 // "code", "message", "param"}}. A payment that comes back after it was
 // paid (Bank.Return) reads paid, then failed.
-func init() { Profiles["stripe"] = (*Bank).stripeRoutes }
 
 func (b *Bank) stripeRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/payouts", b.handleStripeCreate)

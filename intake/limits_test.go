@@ -36,7 +36,7 @@ func TestConnectorAmountLimits(t *testing.T) {
 		{stripe.Connector, "JPY", "ba_1Limit", 99_999_999},
 		{stripe.Connector, "KRW", "ba_1Limit", 99_999_999},
 		// Faster Payments: £1,000,000 a payment.
-		{obie.Connector, "GBP", sortCode, 100_000_000},
+		{obie.NewConnector(obie.Config{}), "GBP", sortCode, 100_000_000},
 	} {
 		t.Run(tc.conn.Name+"-"+tc.currency, func(t *testing.T) {
 			t.Parallel()

@@ -104,9 +104,9 @@ type router struct {
 }
 
 // newRouter returns the router of a worker serving served (at least one)
-// with rules routes. A bank the rules name that is no connector is an
-// error.
-func newRouter(served []bankclient.Connector, routes Routes) (*router, error) {
+// with rules routes. A bank the rules name that is neither served nor one
+// of known is an error.
+func newRouter(served []bankclient.Connector, known bankclient.Connectors, routes Routes) (*router, error) {
 	if len(served) == 0 {
 		return nil, errors.New("no bank configured")
 	}
@@ -118,7 +118,7 @@ func newRouter(served []bankclient.Connector, routes Routes) (*router, error) {
 		if _, ok := r.banks[name]; ok {
 			continue
 		}
-		c, err := bankclient.Lookup(name)
+		c, err := slices.Concat(bankclient.Connectors(served), known).Lookup(name)
 		if err != nil {
 			return nil, fmt.Errorf("--route names bank %q: %w", name, err)
 		}

@@ -173,7 +173,8 @@ func TestRoutesFlag(t *testing.T) {
 	}
 	// A rule may name a bank the worker does not serve (its settlements
 	// wait for a worker of it), but it must be a connector.
-	cfg := intake.Config{DB: (*pgxpool.Pool)(nil), Jobs: jobs.Inserter{}, Bank: obie.Connector}
+	cfg := intake.Config{DB: (*pgxpool.Pool)(nil), Jobs: jobs.Inserter{}, Bank: obie.NewConnector(obie.Config{}),
+		Connectors: bankclient.Connectors{settle.Connector, stripe.Connector}}
 	if _, err := intake.NewService(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,9 @@ type Config struct {
 	// may be one the worker does not serve: its settlements wait for a
 	// worker of that bank.
 	Routes Routes
+	// Connectors are those a rule may name besides the banks served (the
+	// program's list, bankclient.Connectors); nil: only the banks served.
+	Connectors bankclient.Connectors
 	// MaxAmounts are the operator's own ceilings by currency
 	// (--max-amount): an event over its currency's is refused (422), as
 	// one over the connector's own limit is.
@@ -142,7 +145,7 @@ func NewService(cfg Config) (*Service, error) {
 		}
 	}
 	var err error
-	if s.router, err = newRouter(served, cfg.Routes); err != nil {
+	if s.router, err = newRouter(served, cfg.Connectors, cfg.Routes); err != nil {
 		return nil, fmt.Errorf("error creating intake service: %w", err)
 	}
 	if s.m == nil {

@@ -1,9 +1,6 @@
 package obie
 
-import (
-	"os"
-	"time"
-)
+import "time"
 
 // The environment the connector reads beside bankclient.OptionsFromEnv's
 // (SETTLE_BANK_TOKEN, SETTLE_BANK_SIGNING_KEY_FILE, SETTLE_BANK_CERT_FILE,
@@ -94,7 +91,3 @@ func ConfigFromEnv(getenv func(string) string) Config {
 		TokenKey: getenv(EnvTokenKey), TokenKeyFile: getenv(EnvTokenKeyFile), ClientID: getenv(EnvClientID),
 		AuthorizeURL: getenv(EnvAuthorizeURL), TokenURL: getenv(EnvTokenURL)}
 }
-
-// getenv is where Connector.New reads the environment: the connector's
-// edge, as bankclient.OptionsFromEnv is the engine's.
-var getenv = os.Getenv

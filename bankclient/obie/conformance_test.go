@@ -22,10 +22,7 @@ import (
 // of the key the connector signs with.
 func target(t *testing.T) connectortest.Target {
 	t.Helper()
-	conn := obie.Connector
-	conn.New = func(u string, opts bankclient.Options) (bankclient.Bank, error) {
-		return obie.New(u, opts, obie.Config{TokenKey: testTokenKey})
-	}
+	conn := obie.NewConnector(obie.Config{TokenKey: testTokenKey})
 	return connectortest.Target{
 		Connector: conn,
 		Profile:   "obie",

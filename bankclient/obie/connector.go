@@ -22,7 +22,8 @@
 // request under the same key within 24 hours (the bank answers 201 with
 // the current resource), and returns are only seen on statements.
 //
-// Configuration, from the environment only (no key or token is ever logged):
+// Configuration, which settle reads from the environment (bankclient.OptionsFromEnv and
+// ConfigFromEnv) and passes in; no key or token is ever logged:
 //
 //	SETTLE_BANK_TOKEN                 the bearer token (Authorization: Bearer …)
 //	SETTLE_BANK_SIGNING_KEY_FILE      PEM RSA private key (PKCS#1 or PKCS#8, ≥ 2048 bits): required
@@ -129,26 +130,26 @@ var Capabilities = bankclient.Capabilities{
 	NoList:                  true,
 }
 
-// Connector is the Open Banking connector, registered as "obie". Its New
-// reads the JWS claims from the environment (ConfigFromEnv); the rest
-// comes from bankclient.Options.
-var Connector = bankclient.Connector{
-	Name:         Name,
-	Summary:      "UK Open Banking domestic payments v3.1.11 (consent, the account holder's authorisation, then payment); signing key in SETTLE_BANK_SIGNING_KEY_FILE, token key in SETTLE_TOKEN_KEY or SETTLE_TOKEN_KEY_FILE",
-	Capabilities: Capabilities,
-	New: func(baseURL string, opts bankclient.Options) (bankclient.Bank, error) {
-		return New(baseURL, opts, ConfigFromEnv(getenv))
-	},
-	CheckEvent: CheckEvent,
-	// Returns come from imported statements only.
-	DefaultReturnWatch: 0,
-	// No webhooks: the bank may send event notifications, but their
-	// profile is not among the published documents this connector
-	// follows, so nothing here could verify one.
-	VerifyWebhook: nil,
+// NewConnector returns the Open Banking connector ("obie") configured
+// with cfg, which its caller reads (settle's from the environment,
+// ConfigFromEnv); the rest comes from bankclient.Options.
+func NewConnector(cfg Config) bankclient.Connector {
+	return bankclient.Connector{
+		Name:         Name,
+		Summary:      "UK Open Banking domestic payments v3.1.11 (consent, the account holder's authorisation, then payment); signing key in SETTLE_BANK_SIGNING_KEY_FILE, token key in SETTLE_TOKEN_KEY or SETTLE_TOKEN_KEY_FILE",
+		Capabilities: Capabilities,
+		New: func(baseURL string, opts bankclient.Options) (bankclient.Bank, error) {
+			return New(baseURL, opts, cfg)
+		},
+		CheckEvent: CheckEvent,
+		// Returns come from imported statements only.
+		DefaultReturnWatch: 0,
+		// No webhooks: the bank may send event notifications, but their
+		// profile is not among the published documents this connector
+		// follows, so nothing here could verify one.
+		VerifyWebhook: nil,
+	}
 }
-
-func init() { bankclient.Register(Connector) }
 
 // The schemes a beneficiary can name (DESIGN.md section 13), and the
 // OBExternalAccountIdentification4Code each travels as.

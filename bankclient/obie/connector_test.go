@@ -37,7 +37,7 @@ func TestCheckEvent(t *testing.T) {
 		{"JPY", "SortCodeAccountNumber:08080021325698:ACME", "currency"},
 		{"KWD", "SortCodeAccountNumber:08080021325698:ACME", "currency"},
 	} {
-		err := obie.Connector.Check(tc.cur, tc.bene)
+		err := obie.NewConnector(obie.Config{}).Check(tc.cur, tc.bene)
 		var fe *bankclient.FieldError
 		switch {
 		case tc.field == "" && err != nil:
@@ -106,10 +106,7 @@ func TestAmounts(t *testing.T) {
 // TestCapabilities: what the engine is told about Open Banking.
 func TestCapabilities(t *testing.T) {
 	t.Parallel()
-	c, err := bankclient.Lookup(obie.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := obie.NewConnector(obie.Config{})
 	caps := c.Capabilities
 	if !caps.LookupByID || caps.LookupByKey || caps.LookupByReference || caps.Search || caps.Replay != bankclient.ReplayCurrent ||
 		caps.KeyWindow != obie.KeyWindow || caps.KeyMaxLen != 40 || caps.RefMaxLen != 31 || !caps.Consent || !caps.ReturnsOnStatementsOnly || !caps.NoList ||

@@ -158,11 +158,8 @@ func TestNoSigningKeyNoStart(t *testing.T) {
 			t.Errorf("%s: the error shows the key: %v", tc.name, err)
 		}
 	}
-	c, err := bankclient.Lookup(obie.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := obie.NewConnector(obie.Config{})
 	if _, err := c.New("http://127.0.0.1:1", bankclient.Options{}); err == nil || !strings.Contains(err.Error(), bankclient.EnvSigningKeyFile) {
-		t.Errorf("the registered connector without a key: %v", err)
+		t.Errorf("the connector without a key: %v", err)
 	}
 }

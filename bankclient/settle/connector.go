@@ -26,5 +26,3 @@ var Connector = bankclient.Connector{
 	// it for a week.
 	DefaultReturnWatch: 7 * 24 * time.Hour,
 }
-
-func init() { bankclient.Register(Connector) }

@@ -14,11 +14,11 @@ import (
 
 func TestLookup(t *testing.T) {
 	t.Parallel()
-	c, err := bankclient.Lookup("settle")
+	c, err := bankclient.Connectors{Connector}.Lookup("settle")
 	if err != nil || c.Name != "settle" || !c.Capabilities.LookupByKey {
 		t.Fatalf("Lookup(settle) = %+v, %v", c, err)
 	}
-	if _, err := bankclient.Lookup("swift-gpi"); err == nil || !strings.Contains(err.Error(), "settle") {
+	if _, err := (bankclient.Connectors{Connector}).Lookup("swift-gpi"); err == nil || !strings.Contains(err.Error(), "settle") {
 		t.Errorf("Lookup of an unknown connector: %v, want an error listing the known ones", err)
 	}
 	if err := c.Check("EUR", "anyone"); err != nil {

@@ -92,8 +92,6 @@ var Connector = bankclient.Connector{
 	DefaultReturnWatch: 14 * 24 * time.Hour,
 }
 
-func init() { bankclient.Register(Connector) }
-
 // checkEvent refuses a beneficiary Stripe cannot pay out to: the
 // destination of a payout is an external account of the Stripe account, a
 // bank account ("ba_…") or a debit card ("card_…").

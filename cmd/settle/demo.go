@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/internal/cli"
 	"github.com/settle/settle/internal/database"
 	"github.com/settle/settle/internal/motoserver"
@@ -83,7 +82,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 	seed := fs.Int64("seed", 1, "seed of the events and of the bank's fault decisions")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for every settlement to become terminal")
 	keep := fs.Bool("keep", false, "leave the bank and the worker running after the report, until Ctrl-C")
-	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+strings.Join(bankclient.Names(), ", ")+"; two at once (settle,stripe) run one worker serving both banks, each settlement bound to its own")
+	bank := fs.String("bank", "settle", "the connector, and the fakebank profile serving its API: "+connectorNames()+"; two at once (settle,stripe) run one worker serving both banks, each settlement bound to its own")
 	src := fs.String("source", "", "send the events through this event source instead of the HTTP API: nats, sqs (on moto_server, a local stand-in for SQS) or kafka (to kfake, an in-process stand-in for Kafka)")
 	funds := fs.Bool("funds-check", false, "run the worker with --funds-check: every account is credited with exactly its payouts first, and a last payout over its account's balance is refused (422 insufficient-funds), as is its redelivery (one bank, the HTTP API)")
 	if code, done := parseFlags(fs, args); done {
@@ -94,7 +93,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		return exitError
 	}
 	for _, name := range strings.Split(*bank, ",") {
-		if _, err := bankclient.Lookup(name); err != nil {
+		if _, err := connectors().Lookup(name); err != nil {
 			fmt.Fprintf(s.Err, "settle demo: %v\n", err)
 			return exitError
 		}
@@ -147,6 +146,7 @@ func cmdDemo(ctx context.Context, args []string, s Stdio) int {
 		Events: *events, Faults: *faults, Bank: *bank, Seed: *seed, Timeout: *timeout, Keep: *keep,
 		Executable: exe, Out: s.Out, Err: s.Err, Progress: cli.IsTerminal(s.Err),
 		Source: *src, NATSURL: natsURL, SQS: queue, FundsCheck: *funds, DatabaseURL: os.Getenv("DATABASE_URL"),
+		Connectors: connectors(),
 	})
 	if err != nil {
 		fmt.Fprintf(s.Err, "settle demo: %v\n", err)

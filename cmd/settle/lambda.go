@@ -57,7 +57,7 @@ Exit status: 2 when it cannot start (outside Lambda, bad flags, no database).`
 func cmdLambda(ctx context.Context, args []string, s Stdio) int {
 	fs := newFlagSet("lambda", "[flags]", lambdaDescription, s)
 	var bankNames []string
-	fs.Func("bank", "the bank connectors events are bound to, as the worker's --bank: "+strings.Join(bankclient.Names(), ", ")+" (default settle); comma-separated or repeated", func(v string) error {
+	fs.Func("bank", "the bank connectors events are bound to, as the worker's --bank: "+connectorNames()+" (default settle); comma-separated or repeated", func(v string) error {
 		for _, name := range strings.Split(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
 				bankNames = append(bankNames, name)
@@ -135,9 +135,10 @@ func newLambdaHandler(pool *pgxpool.Pool, o lambdaOptions) (*sqssrc.LambdaHandle
 	if len(o.banks) == 0 {
 		o.banks = []string{settle.Connector.Name}
 	}
+	known := connectors()
 	var conns []bankclient.Connector
 	for _, name := range o.banks {
-		c, err := bankclient.Lookup(name)
+		c, err := known.Lookup(name)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +149,7 @@ func newLambdaHandler(pool *pgxpool.Pool, o lambdaOptions) (*sqssrc.LambdaHandle
 		return nil, fmt.Errorf("error creating the River client: %w", err)
 	}
 	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: client}, ReplayHorizon: o.replayHorizon,
-		PendingGrace: o.pendingGrace, Banks: conns, Routes: o.routes, MaxAmounts: o.ceilings, FundsCheck: o.fundsCheck})
+		PendingGrace: o.pendingGrace, Banks: conns, Connectors: known, Routes: o.routes, MaxAmounts: o.ceilings, FundsCheck: o.fundsCheck})
 	if err != nil {
 		return nil, err
 	}

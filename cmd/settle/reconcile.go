@@ -173,7 +173,7 @@ type bankFlags struct {
 }
 
 func (b *bankFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&b.name, "bank", "settle", "the bank connector: "+strings.Join(bankclient.Names(), ", ")+" (env SETTLE_BANK)")
+	fs.StringVar(&b.name, "bank", "settle", "the bank connector: "+connectorNames()+" (env SETTLE_BANK)")
 	fs.StringVar(&b.url, "bank-url", "", "base URL of the bank (env SETTLE_BANK_URL; default: the connector's own, "+connectorURLs()+")")
 	fs.DurationVar(&b.timeout, "bank-timeout", bankclient.DefaultTimeout, "timeout of one HTTP attempt to the bank")
 	fs.BoolVar(&b.insecure, "bank-insecure-http", false, "allow plain http to a bank that is not on this machine, never with a credential (env SETTLE_BANK_INSECURE_HTTP; said loudly on stderr)")
@@ -186,7 +186,7 @@ func (b *bankFlags) client(ctx context.Context, stderr io.Writer) (bankclient.Ba
 	if strings.Contains(b.name, ",") {
 		return nil, bankclient.Capabilities{}, fmt.Errorf("--bank %s: reconcile speaks to one bank at a time; run it once per bank (--bank NAME, with that bank's SETTLE_BANK_* environment)", b.name)
 	}
-	conn, err := bankclient.Lookup(b.name)
+	conn, err := connectors().Lookup(b.name)
 	if err != nil {
 		return nil, bankclient.Capabilities{}, err
 	}
@@ -720,7 +720,7 @@ Exit 0 clean, 1 discrepancies found, 2 database or bank unreachable (with
 		fmt.Fprintf(c.s.Err, "settle reconcile bank: unexpected arguments %q\n", fs.Args())
 		return exitError
 	}
-	if conn, err := bankclient.Lookup(bf.name); err != nil {
+	if conn, err := connectors().Lookup(bf.name); err != nil {
 		return c.fail(" bank", err)
 	} else if conn.Capabilities.NoList && !*statements {
 		fmt.Fprintf(c.s.Err, "settle reconcile bank: the %s bank offers no list of payments to reconcile against; import its statements (settle statement import) and run settle reconcile bank --statements\n", conn.Name)

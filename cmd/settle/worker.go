@@ -96,7 +96,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	c.BankURL = "" // the connector's own unless given
 	fs.StringVar(&c.BankURL, "bank-url", "", "base URL of the bank (default: the connector's own, "+connectorURLs()+")")
 	var bankNames []string
-	fs.Func("bank", "the bank connector: "+strings.Join(bankclient.Names(), ", ")+" (default "+c.BankName+"); several serve several banks on one worker, comma-separated or repeated (--bank settle,stripe), each configured by its own SETTLE_BANK_<NAME>_URL, SETTLE_BANK_<NAME>_TOKEN, … and run on its own queue", func(v string) error {
+	fs.Func("bank", "the bank connector: "+connectorNames()+" (default "+c.BankName+"); several serve several banks on one worker, comma-separated or repeated (--bank settle,stripe), each configured by its own SETTLE_BANK_<NAME>_URL, SETTLE_BANK_<NAME>_TOKEN, … and run on its own queue", func(v string) error {
 		for _, name := range strings.Split(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
 				bankNames = append(bankNames, name)
@@ -210,6 +210,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	}
 	// Every secret NAME may come from the file NAME_FILE instead.
 	env := secretEnv{getenv: os.Getenv}
+	c.Connectors = connectors()
 	c.Bank = bankclient.OptionsFromEnv(env.get)
 	c.Bank.InsecureHTTP = insecureHTTP
 	c.WebhookSecret = env.get(bankclient.EnvWebhookSecret)

@@ -176,7 +176,7 @@ func runBanks(ctx context.Context, o Options, names []string, faults fakebank.Fa
 		if err := b.server.bank.SetFaults(fakebank.Faults{SettleDelayMS: faults.SettleDelayMS}); err != nil {
 			return rep, fmt.Errorf("error calming the %s bank: %w", b.name, err)
 		}
-		conn, err := bankclient.Lookup(b.name)
+		conn, err := o.Connectors.Lookup(b.name)
 		if err != nil {
 			return rep, err
 		}

@@ -89,6 +89,9 @@ type Options struct {
 	// DatabaseURL is the server the demo makes its own database on
 	// (DATABASE_URL); empty: the embedded default cluster.
 	DatabaseURL string
+	// Connectors are those Bank may name (settle demo: the binary's
+	// list); nil: settle's own alone.
+	Connectors bankclient.Connectors
 }
 
 // Report is what a run found.
@@ -181,6 +184,9 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if o.Bank == "" {
 		o.Bank = settle.Connector.Name
 	}
+	if o.Connectors == nil {
+		o.Connectors = bankclient.Connectors{settle.Connector}
+	}
 	if o.Faults == "" {
 		o.Faults = "flaky"
 	}
@@ -217,7 +223,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	defer pool.Close()
 
 	// The bank and the worker.
-	conn, err := bankclient.Lookup(o.Bank)
+	conn, err := o.Connectors.Lookup(o.Bank)
 	if err != nil {
 		return Report{}, err
 	}
@@ -317,7 +323,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	}
 	stream := GenerateFor(o.Bank, o.Events, o.Seed, time.Now())
 	rep = Report{Events: stream.Total(), Settlements: len(stream.First), Redeliveries: stream.Redeliveries, Conflicts: stream.Conflicts,
-		asked: askedHow(o.Bank), caps: caps, source: o.Source}
+		asked: askedHow(o.Connectors, o.Bank), caps: caps, source: o.Source}
 	var worker *workerproc.Proc
 	if o.Source == "" {
 		if worker, err = start2(); err != nil {
@@ -818,8 +824,8 @@ func plural(n int, one, many string) string {
 
 // askedHow says in words the questions the connector's bank allows after
 // a lost answer (DESIGN.md section 13).
-func askedHow(bank string) string {
-	conn, err := bankclient.Lookup(bank)
+func askedHow(conns bankclient.Connectors, bank string) string {
+	conn, err := conns.Lookup(bank)
 	if err != nil {
 		return "its status API"
 	}

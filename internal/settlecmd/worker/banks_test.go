@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/fakebank/fakebanktest"
 	"github.com/settle/settle/inspect"
@@ -80,6 +83,7 @@ func TestSeveralBanksOneWorker(t *testing.T) {
 	stripeBank, stripeURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 2, Profile: "stripe"})
 	c := worker.DefaultConfig()
 	c.Pool = db.Pool
+	c.Connectors = bankclient.Connectors{settle.Connector, stripe.Connector}
 	c.Banks = []worker.BankConfig{{Name: "settle", URL: settleURL}, {Name: "stripe", URL: stripeURL}}
 	if err := c.Routes.Set("USD=stripe,default=settle"); err != nil {
 		t.Fatal(err)
@@ -137,6 +141,7 @@ func TestWaitingForAWorkerOfItsBank(t *testing.T) {
 	_, settleURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 1})
 	c := worker.DefaultConfig()
 	c.Pool, c.BankURL = db.Pool, settleURL
+	c.Connectors = bankclient.Connectors{settle.Connector, stripe.Connector}
 	c.Routes = intake.Routes{ByCurrency: map[string]string{"USD": "stripe"}}
 	api := runWorker(t, c)
 	for _, ev := range []string{

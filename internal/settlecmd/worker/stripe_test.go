@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/bankhttp"
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/fakebank"
@@ -31,6 +32,7 @@ func TestStripeIntakeAndWebhooks(t *testing.T) {
 	_, bankURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Profile: "stripe"})
 	w := newWorker(t, "tok", func(c *worker.Config) {
 		c.WebhookSecret, c.BankName, c.BankURL, pool = secret, stripe.Name, bankURL, c.Pool
+		c.Connectors = bankclient.Connectors{stripe.Connector}
 	})
 	srv := httptest.NewServer(w.Handler())
 	t.Cleanup(srv.Close)

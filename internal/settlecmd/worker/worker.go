@@ -70,6 +70,11 @@ type Config struct {
 	Bank    bankclient.Options
 	// BankName is the connector (--bank): which kind of bank BankURL is.
 	BankName string
+	// Connectors are the connectors BankName, Banks and Routes may name,
+	// as the program lists them (settle worker: settle's own, Stripe's and
+	// Open Banking's with the configuration it read); DefaultConfig's is
+	// settle's own alone.
+	Connectors bankclient.Connectors
 	// Banks, when not empty, replaces BankName, BankURL, Bank and
 	// WebhookSecret: the several banks this worker serves (--bank
 	// settle,stripe), each with its own URL and credentials
@@ -186,10 +191,10 @@ type BankConfig struct {
 	WebhookSecret string
 }
 
-// url is the bank's URL, or its connector's own.
-func (b BankConfig) url() string {
+// url is the bank's URL, or its connector's own among conns.
+func (b BankConfig) url(conns bankclient.Connectors) string {
 	if b.URL == "" {
-		if conn, err := bankclient.Lookup(b.Name); err == nil {
+		if conn, err := conns.Lookup(b.Name); err == nil {
 			return conn.URL()
 		}
 	}
@@ -220,6 +225,7 @@ func DefaultConfig() Config {
 		Listen:            DefaultListen,
 		BankURL:           bankclient.DefaultURL,
 		BankName:          settle.Connector.Name,
+		Connectors:        bankclient.Connectors{settle.Connector},
 		ReplayHorizon:     intake.DefaultReplayHorizon,
 		BankKeyTTL:        reconcile.DefaultKeyTTL,
 		ConsentWait:       reconcile.DefaultConsentWait,
@@ -252,23 +258,23 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for _, b := range c.banks() {
-		if _, err := bankclient.Lookup(b.Name); err != nil {
+		if _, err := c.Connectors.Lookup(b.Name); err != nil {
 			return fmt.Errorf("invalid --bank: %w", err)
 		}
 		if seen[b.Name] {
 			return fmt.Errorf("invalid --bank: %s named twice", b.Name)
 		}
 		seen[b.Name] = true
-		if u, err := url.Parse(b.url()); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if u, err := url.Parse(b.url(c.Connectors)); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			what := "--bank-url"
 			if len(c.Banks) > 0 {
 				what = "SETTLE_BANK_" + strings.ToUpper(b.Name) + "_URL"
 			}
-			return fmt.Errorf("invalid %s %q: want http(s)://host[:port]", what, b.url())
+			return fmt.Errorf("invalid %s %q: want http(s)://host[:port]", what, b.url(c.Connectors))
 		}
 	}
 	for _, name := range c.Routes.Banks() {
-		if _, err := bankclient.Lookup(name); err != nil {
+		if _, err := c.Connectors.Lookup(name); err != nil {
 			return fmt.Errorf("invalid --route: %w", err)
 		}
 	}
@@ -385,7 +391,7 @@ func New(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, logger: cfg.Logger, limiter: &httpsafe.Limiter{}}
 	var conns []bankclient.Connector
 	for _, b := range cfg.banks() {
-		conn, _ := bankclient.Lookup(b.Name) // Validate checked it
+		conn, _ := cfg.Connectors.Lookup(b.Name) // Validate checked it
 		w.banks = append(w.banks, &bankUnit{cfg: b, conn: conn})
 		conns = append(conns, conn)
 	}
@@ -410,6 +416,7 @@ func New(cfg Config) (*Worker, error) {
 		PendingGrace:  cfg.PendingGrace,
 		Banks:         conns,
 		Routes:        cfg.Routes,
+		Connectors:    cfg.Connectors,
 		MaxAmounts:    cfg.MaxAmounts,
 		FundsCheck:    cfg.FundsCheck,
 		GroupCommit:   cfg.IntakeGroupCommit,
@@ -526,7 +533,7 @@ func (w *Worker) Run(ctx context.Context, ready func(addr string)) error {
 		<-relayDone
 	}()
 	for _, b := range w.banks {
-		w.logger.Info("serving bank", "bank", b.conn.Name, "bank_url", b.cfg.url(), "queue", jobs.QueueFor(b.conn.Name))
+		w.logger.Info("serving bank", "bank", b.conn.Name, "bank_url", b.cfg.url(w.cfg.Connectors), "queue", jobs.QueueFor(b.conn.Name))
 	}
 	w.logger.Info("worker started", "listen", w.Addr(), "banks", w.cfg.BankNames(), "routes", w.cfg.Routes.String(), "replay_horizon", w.cfg.ReplayHorizon,
 		"bank_key_ttl", w.cfg.BankKeyTTL, "max_inflight", w.cfg.MaxInflight, "api_token_set", w.cfg.APIToken != "")
@@ -658,7 +665,7 @@ func (w *Worker) newResolver(b *bankUnit, m *metrics.Metrics) (*reconcile.Resolv
 	bopts.Observe = m.BankObserver(b.conn.Name)
 	bopts.RatePerSecond = c.BankRate
 	bopts.Conns = c.BankConcurrency
-	bank, err := b.conn.New(b.cfg.url(), bopts)
+	bank, err := b.conn.New(b.cfg.url(c.Connectors), bopts)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,9 @@ import (
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/bankclient/obie"
 	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/bankclient/stripe"
 	_ "github.com/settle/settle/bankclient/stripe" // the stripe connector, for --bank stripe
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/intake"
@@ -54,10 +56,15 @@ func startBankAs(t *testing.T, seed int64, faults fakebank.Faults, name string) 
 	return startBankOpts(t, fakebank.Options{Seed: seed, Faults: faults, Profile: name}, name)
 }
 
+// connectors are the connectors the banks' own clients are made with, as
+// settle lists them (Open Banking's unconfigured: its tests reach the bank
+// through the workers).
+var connectors = bankclient.Connectors{settle.Connector, stripe.Connector, obie.NewConnector(obie.Config{})}
+
 // startBankOpts is startBankAs with every option of the fakebank.
 func startBankOpts(t *testing.T, opts fakebank.Options, name string) *bank {
 	t.Helper()
-	conn, err := bankclient.Lookup(name)
+	conn, err := connectors.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
