@@ -114,8 +114,18 @@ type Resolver struct {
 	// each send in a transaction of its own.
 	ClaimGroup int
 
-	claimsOnce sync.Once
-	claims     *claimGroup
+	// OutcomeGroup, when positive, lets concurrent Sends share the
+	// transaction that records their answers: at most OutcomeGroup such
+	// transactions run at once, and the outcomes answered meanwhile wait
+	// for the next, which records them all, each with its hook, in one
+	// commit (outcomes.go). Zero records each outcome in a transaction of
+	// its own.
+	OutcomeGroup int
+
+	claimsOnce   sync.Once
+	claims       *claimGroup
+	outcomesOnce sync.Once
+	outcomes     *outcomeGroup
 }
 
 // Movement is the ledger movement a decision writes, in the transaction
@@ -408,7 +418,7 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 		return Outcome{}, fmt.Errorf("error sending settlement %s: %w", f.SettlementID, err)
 	}
 	d := DecideSend(f.Facts, r.policy(), r.now(), ans)
-	out, err := r.apply(rctx, f, d, att, hook)
+	out, err := r.record(rctx, f, d, att, hook)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -577,6 +587,62 @@ func (r *Resolver) search(ctx context.Context, f facts) (Answer, bool, error) {
 // bank's facts, the flag and the next check, then hook. A lost race rolls
 // it back, records the answer alone and reports Done.
 func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, hook TxHook) (Outcome, error) {
+	return r.applyOutcome(ctx, r.prepare(f, d, att, hook))
+}
+
+// applyOutcome records a prepared outcome in a transaction of its own.
+func (r *Resolver) applyOutcome(ctx context.Context, o *outcome) (Outcome, error) {
+	f, att := o.f, o.att
+	tx, err := r.DB.Begin(ctx)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	lost, err := r.write(ctx, tx, o)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if lost {
+		_ = tx.Rollback(ctx)
+		r.finishAttempt(ctx, att)
+		return r.lost(ctx, o), nil
+	}
+	o.beforeCommit()
+	if err := tx.Commit(ctx); err != nil {
+		return Outcome{}, fmt.Errorf("error committing the answer for settlement %s: %w", f.SettlementID, err)
+	}
+	r.committed(ctx, o)
+	return o.out, nil
+}
+
+// outcome is a decision about to be recorded, with everything its
+// statements need: apply writes one in a transaction of its own, an
+// outcome group several in one (outcomes.go).
+type outcome struct {
+	f    facts
+	d    Decision
+	att  attempt
+	hook TxHook
+	now  time.Time
+	// out is what the caller gets once the outcome committed.
+	out        Outcome
+	flagReason string
+	nextCheck  *time.Time
+	checks     int
+	// paymentID and bankStatus are the bank's answer, when it named a
+	// payment.
+	paymentID, bankStatus *string
+	// The consent's columns (consentColumns).
+	consentID, consentStatus         *string
+	consentRequested, consentExpires *time.Time
+	// lostState is the state another process left the settlement in,
+	// when it moved it first (empty when unknown).
+	lostState settlement.State
+}
+
+// prepare works out what recording decision d about f means: the outcome
+// the caller gets, the flag, the next check and the bank's facts.
+func (r *Resolver) prepare(f facts, d Decision, att attempt, hook TxHook) *outcome {
 	now := r.now()
 	flagReason := f.FlagReason
 	switch {
@@ -594,39 +660,40 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		}
 		d.NextCheckAt = r.policy().watchDelay(fc, now)
 	}
-	out := Outcome{SettlementID: f.SettlementID, State: d.To, FlagReason: flagReason, Decision: d, NextCheckAt: d.NextCheckAt}
-	out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend && !d.Pay)
-	var nextCheck *time.Time
+	o := &outcome{f: f, d: d, att: att, hook: hook, now: now, flagReason: flagReason}
+	o.out = Outcome{SettlementID: f.SettlementID, State: d.To, FlagReason: flagReason, Decision: d, NextCheckAt: d.NextCheckAt}
+	o.out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend && !d.Pay)
 	if !d.NextCheckAt.IsZero() && (!d.To.Terminal() || d.To == settlement.Confirmed) {
 		t := d.NextCheckAt.Add(r.lease())
-		nextCheck = &t
+		o.nextCheck = &t
 	}
 	if d.Resend || d.Pay {
 		// The (re)send that follows sets its own; until then the sweep may
 		// take over after a lease.
 		t := now.Add(r.lease())
-		nextCheck = &t
+		o.nextCheck = &t
 	}
-	checks := 0
 	if att.id != 0 && att.op != bankclient.OpSend && !att.answer.RateLimited() {
-		checks = 1
+		o.checks = 1
 	}
-	var paymentID, bankStatus *string
 	if att.answer.Kind == AnswerPayment {
-		paymentID, bankStatus = &att.answer.Payment.ID, (*string)(&att.answer.Payment.Status)
+		o.paymentID, o.bankStatus = &att.answer.Payment.ID, (*string)(&att.answer.Payment.Status)
 	}
-	consentID, consentStatus, consentRequested, consentExpires := consentColumns(att, now)
+	o.consentID, o.consentStatus, o.consentRequested, o.consentExpires = consentColumns(att, now)
+	return o
+}
 
-	tx, err := r.DB.Begin(ctx)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-
+// write writes outcome o in tx, hook included, and reports lost when
+// another process moved the settlement first: the caller must then undo
+// what tx wrote of it (roll tx back) and record the attempt's answer
+// alone. It commits nothing.
+func (r *Resolver) write(ctx context.Context, tx pgx.Tx, o *outcome) (lost bool, err error) {
+	f, d, att, now := o.f, o.d, o.att, o.now
+	o.lostState = ""
 	// The bank's facts and the next check: written by the transition's own
 	// UPDATE when the decision moves the settlement (the row is rewritten
 	// once), else by an UPDATE of their own, conditioned on the state.
-	facts := []any{paymentID, bankStatus, nextCheck, checks, consentID, consentStatus, consentRequested, consentExpires, d.Pay}
+	facts := []any{o.paymentID, o.bankStatus, o.nextCheck, o.checks, o.consentID, o.consentStatus, o.consentRequested, o.consentExpires, d.Pay}
 	moves := d.Moves(f.State)
 	if moves {
 		err := statemachine.Transition(ctx, tx, statemachine.Change{
@@ -635,27 +702,20 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 		})
 		if errors.Is(err, statemachine.ErrLostRace) || errors.Is(err, statemachine.ErrForbidden) {
 			// Another process moved it: its decision stands, ours is stale.
-			_ = tx.Rollback(ctx)
-			r.finishAttempt(ctx, att)
 			var te *statemachine.TransitionError
 			if errors.As(err, &te) && te.Actual != "" {
-				out.State = te.Actual
+				o.lostState = te.Actual
 			}
-			out.Done, out.LostRace, out.FlagReason = true, true, ""
-			r.log().LogAttrs(ctx, slog.LevelInfo, "decision dropped: settlement moved by another process",
-				slog.String("settlement_id", f.SettlementID), slog.String("from", string(f.State)),
-				slog.String("to", string(d.To)), slog.String("actual", string(out.State)),
-				slog.String("answer", string(att.answer.Kind)))
-			return out, nil
+			return true, nil
 		}
 		if err != nil {
-			return Outcome{}, fmt.Errorf("error applying decision for settlement %s: %w", f.SettlementID, err)
+			return false, fmt.Errorf("error applying decision for settlement %s: %w", f.SettlementID, err)
 		}
 	}
 	// The attempt's answer, the bank's facts (unless the transition wrote
 	// them) and the movement travel in one round trip. Each statement is
 	// conditioned on the settlement being in the decided state, so a lost
-	// race writes nothing that is kept: it is rolled back below.
+	// race writes nothing that is kept: the caller undoes it.
 	b := &pgx.Batch{}
 	if att.id != 0 {
 		q, args := finishAttemptQuery(att, now)
@@ -667,82 +727,104 @@ func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, 
 			append([]any{f.SettlementID, string(d.To), now}, facts...)...)
 	}
 	// The flag goes through the state machine, which writes its event.
-	statemachine.QueueFlag(b, f.SettlementID, flagReason, now)
+	statemachine.QueueFlag(b, f.SettlementID, o.flagReason, now)
 	kind := ""
 	if d.WriteMovement || d.WriteReversal {
 		kind = "payout"
 		if d.WriteReversal {
 			kind = "reversal"
 		}
-		m := Movement{SettlementID: f.SettlementID, Kind: kind, PaymentID: paymentID, At: now, State: d.To}
+		m := Movement{SettlementID: f.SettlementID, Kind: kind, PaymentID: o.paymentID, At: now, State: d.To}
 		if r.QueueMovement == nil {
 			QueueMovement(b, m)
 		} else if err := r.QueueMovement(ctx, tx, b, m); err != nil {
-			return Outcome{}, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
+			return false, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
 		}
 	}
 	br := tx.SendBatch(ctx, b)
 	if att.id != 0 {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return Outcome{}, fmt.Errorf("error recording bank attempt %d: %w", att.id, err)
+			return false, fmt.Errorf("error recording bank attempt %d: %w", att.id, err)
 		}
 	}
-	var tag pgconn.CommandTag
 	if !moves {
-		tag, err = br.Exec()
+		tag, err := br.Exec()
 		if err != nil {
 			br.Close()
-			return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
+			return false, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
 		}
-	}
-	if !moves && tag.RowsAffected() == 0 {
-		// It stayed in its state in our decision, but not in the database.
-		br.Close()
-		_ = tx.Rollback(ctx)
-		r.finishAttempt(ctx, att)
-		out.Done, out.LostRace, out.FlagReason = true, true, ""
-		r.log().LogAttrs(ctx, slog.LevelInfo, "decision dropped: settlement moved by another process",
-			slog.String("settlement_id", f.SettlementID), slog.String("state", string(f.State)),
-			slog.String("answer", string(att.answer.Kind)))
-		return out, nil
+		if tag.RowsAffected() == 0 {
+			// It stayed in its state in our decision, but not in the
+			// database.
+			br.Close()
+			return true, nil
+		}
 	}
 	if _, err := br.Exec(); err != nil {
 		br.Close()
-		return Outcome{}, fmt.Errorf("error flagging settlement %s: %w", f.SettlementID, err)
+		return false, fmt.Errorf("error flagging settlement %s: %w", f.SettlementID, err)
 	}
 	if kind != "" {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return Outcome{}, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
+			return false, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
 		}
 	}
 	if err := br.Close(); err != nil {
-		return Outcome{}, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
+		return false, fmt.Errorf("error recording the answer for settlement %s: %w", f.SettlementID, err)
 	}
-	if hook != nil {
-		if err := hook(ctx, tx, out); err != nil {
-			return Outcome{}, fmt.Errorf("error in the transaction of settlement %s: %w", f.SettlementID, err)
+	if o.hook != nil {
+		if err := o.hook(ctx, tx, o.out); err != nil {
+			return false, fmt.Errorf("error in the transaction of settlement %s: %w", f.SettlementID, err)
 		}
 	}
-	if d.WriteMovement {
+	return false, nil
+}
+
+// lost is the outcome of o when another process moved the settlement
+// first (its decision stands, ours is stale), once the attempt's answer is
+// recorded alone.
+func (r *Resolver) lost(ctx context.Context, o *outcome) Outcome {
+	out := o.out
+	if o.lostState != "" {
+		out.State = o.lostState
+	}
+	out.Done, out.LostRace, out.FlagReason = true, true, ""
+	if o.d.Moves(o.f.State) {
+		r.log().LogAttrs(ctx, slog.LevelInfo, "decision dropped: settlement moved by another process",
+			slog.String("settlement_id", o.f.SettlementID), slog.String("from", string(o.f.State)),
+			slog.String("to", string(o.d.To)), slog.String("actual", string(out.State)),
+			slog.String("answer", string(o.att.answer.Kind)))
+	} else {
+		r.log().LogAttrs(ctx, slog.LevelInfo, "decision dropped: settlement moved by another process",
+			slog.String("settlement_id", o.f.SettlementID), slog.String("state", string(o.f.State)),
+			slog.String("answer", string(o.att.answer.Kind)))
+	}
+	return out
+}
+
+// beforeCommit is reached just before the transaction that writes o
+// commits.
+func (o *outcome) beforeCommit() {
+	if o.d.WriteMovement {
 		crash.Point(crash.ConfirmBeforeCommit)
 	}
-	if d.WriteReversal {
+	if o.d.WriteReversal {
 		crash.Point(crash.ReturnBeforeCommit)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return Outcome{}, fmt.Errorf("error committing the answer for settlement %s: %w", f.SettlementID, err)
-	}
-	if d.WriteMovement {
+}
+
+// committed is reached once the transaction that wrote o committed.
+func (r *Resolver) committed(ctx context.Context, o *outcome) {
+	if o.d.WriteMovement {
 		crash.Point(crash.ConfirmAfterCommit)
 	}
-	if d.WriteReversal {
+	if o.d.WriteReversal {
 		crash.Point(crash.ReturnAfterCommit)
 	}
-	r.observe(f, d, flagReason)
-	r.logDecision(ctx, f, d, att)
-	return out, nil
+	r.observe(o.f, o.d, o.flagReason)
+	r.logDecision(ctx, o.f, o.d, o.att)
 }
 
 // bankFactsSet is the assignments that record a decision's bank facts and

@@ -26,6 +26,16 @@ const (
 // Points lists every crash point a worker reaches.
 var Points = []string{IntakeBeforeCommit, IntakeAfterCommit, SendBeforeBank, SendAfterBank, SendAfterCommit, ConfirmBeforeCommit, ConfirmAfterCommit}
 
+// The crash points of a shared outcome transaction (issue 28), reached by
+// a worker whose concurrent sends record their answers together
+// (reconcile.Resolver.OutcomeGroup): just before and just after a
+// transaction holding the outcomes of two or more sends commits. A worker
+// reaches them only when sends overlap, so they are not in Points.
+const (
+	OutcomesBeforeCommit = "outcomes.before_commit"
+	OutcomesAfterCommit  = "outcomes.after_commit"
+)
+
 // The crash points of the consent step (DESIGN.md section 13), reached only
 // at a bank whose payments need a consent first (--bank obie): just before
 // and just after the consent request leaves, and just after its answer

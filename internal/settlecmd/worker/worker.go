@@ -709,6 +709,7 @@ func (w *Worker) newResolver(b *bankUnit, m *metrics.Metrics) (*reconcile.Resolv
 		Metrics:          m,
 		Logger:           c.Logger.With("bank", b.conn.Name),
 		ClaimGroup:       reconcile.DefaultClaimGroup,
+		OutcomeGroup:     reconcile.DefaultOutcomeGroup,
 	}, nil
 }
 

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/settle/settle/bankclient/settle"
+	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/intake"
+	"github.com/settle/settle/internal/crash"
+	"github.com/settle/settle/internal/settlecmd/workerproc"
+	"github.com/settle/settle/internal/testsupport/dbtest"
+)
+
+// TestCrashInOutcomeGroup kills a worker in the middle of a batch of
+// outcomes: its concurrent sends record their answers in shared
+// transactions (the worker's default), and it dies just before, or just
+// after, its second shared transaction of two or more outcomes commits.
+// Before: every settlement of that batch was claimed and paid at the bank
+// and none has its outcome, so each is left to the lost-answer path; after:
+// each has it. After a restart all end terminal without a second payment,
+// and the one exactly-once checker finds each paid once.
+func TestCrashInOutcomeGroup(t *testing.T) {
+	t.Parallel()
+	for _, point := range []string{crash.OutcomesBeforeCommit, crash.OutcomesAfterCommit} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t)
+			b := startBankAs(t, 1, fakebank.Faults{}, settle.Connector.Name)
+			flags := workerFlags(b.url)
+			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point, "SETTLE_CRASH_AFTER=2"}, flags...)
+
+			const batches, size = 10, 40
+			want := map[string]int64{}
+			var evs [][]intake.Event
+			for k := range batches {
+				var batch []intake.Event
+				for i := range size {
+					ev := intake.Event{SettlementID: fmt.Sprintf("og-%d-%02d", k, i), AccountID: fmt.Sprintf("acc-%d", i%7),
+						AmountCents: int64(100 + k*size + i), Currency: "EUR", Beneficiary: "bene-1"}
+					batch = append(batch, ev)
+					want[ev.SettlementID] = ev.AmountCents
+				}
+				evs = append(evs, batch)
+			}
+			for _, batch := range evs {
+				if _, err := postBatch(w1.URL(), batch); err != nil {
+					break // the worker died
+				}
+			}
+			if ps := waitExit(t, w1, 2*time.Minute); !workerproc.KilledBySIGKILL(ps) {
+				t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
+			}
+
+			// What the crash left: settlements claimed and paid at the bank
+			// whose answer was never recorded (the batch that did not
+			// commit, and any send still in flight), and the confirmed.
+			var unrecorded, confirmed int
+			if err := db.Pool.QueryRow(context.Background(), `SELECT
+					count(*) FILTER (WHERE state = 'pending' AND first_attempt_at IS NOT NULL),
+					count(*) FILTER (WHERE state = 'confirmed') FROM settlements`).Scan(&unrecorded, &confirmed); err != nil {
+				t.Fatal(err)
+			}
+			if point == crash.OutcomesBeforeCommit && unrecorded < 2 {
+				t.Errorf("%d settlements claimed without their outcome after a crash before a shared commit, want at least the batch's 2", unrecorded)
+			}
+			if point == crash.OutcomesAfterCommit && confirmed < 2 {
+				t.Errorf("%d settlements confirmed after a crash after a shared commit, want at least the batch's 2", confirmed)
+			}
+
+			w2 := startWorker(t, "w2", db.URL, nil, flags...)
+			for _, batch := range evs {
+				if _, err := postBatch(w2.URL(), batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitAllTerminal(t, db, len(want))
+			checkInvariants(t, db, b, want)
+			if st := b.Stats(); st.MaxPaymentsPerReference != 1 || st.Payments != int64(len(want)) {
+				t.Errorf("bank %+v, want %d payments, one per reference", st, len(want))
+			}
+			t.Logf("crash at %s: %d claimed without an outcome, %d confirmed", point, unrecorded, confirmed)
+		})
+	}
+}
