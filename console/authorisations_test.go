@@ -3,8 +3,12 @@ package console_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"html"
+	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -114,4 +118,56 @@ func TestBrowserAuthorisation(t *testing.T) {
 		return br.text("#empty") != "", br.text("main")
 	})
 	br.clean("the authorisations page, emptied")
+}
+
+// TestAuthorisationLinkUsesPublicURL: with --public-url the link sends
+// the account holder back to that address (the redirect URI registered
+// with the bank), not to the address the operator's request came to.
+func TestAuthorisationLinkUsesPublicURL(t *testing.T) {
+	t.Parallel()
+	const token = "console-public-url-token"
+	db := dbtest.New(t)
+	_, bankURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 2, Profile: "obie", ManualAuthorisation: true})
+	_, keyPath, _ := obietest.SigningKey(t)
+	env := []string{bankclient.EnvSigningKeyFile + "=" + keyPath, bankclient.EnvToken + "=tpp-token",
+		obie.EnvTokenKey + "=Y29uc29sZS1icm93c2VyLXRlc3QtdG9rZW4ta2V5ISE="}
+	w := workertest.StartT(t, "w", db.URL, env, append(workerproc.FastFlags(bankURL), "--bank", "obie", "--api-token", token,
+		"--public-url", "http://localhost/pay")...)
+	base := w.URL()
+	body, _ := json.Marshal(intake.Event{SettlementID: "auth-pub-1", AccountID: "acc-1", AmountCents: 1234, Currency: "GBP",
+		Beneficiary: "SortCodeAccountNumber:08080021325698:ACME Ltd"})
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/settlements", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("intake: %d", res.StatusCode)
+	}
+	linkRE := regexp.MustCompile(`class="authorise-link" href="([^"]+)"`)
+	var link string
+	settletest.Wait(t, "the payment listed for its account holder", func() (bool, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/console/authorisations", nil)
+		req.SetBasicAuth("alice", token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer res.Body.Close()
+		page, _ := io.ReadAll(res.Body)
+		if m := linkRE.FindSubmatch(page); m != nil {
+			link = html.UnescapeString(string(m[1]))
+		}
+		return link != "", fmt.Sprintf("status %d", res.StatusCode)
+	})
+	lu, err := url.Parse(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lu.Query().Get("redirect_uri"); got != "http://localhost/pay/console/authorise/callback" {
+		t.Errorf("redirect_uri %q, want the --public-url's callback", got)
+	}
 }

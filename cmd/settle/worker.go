@@ -126,6 +126,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 		c.PublicHosts = append(c.PublicHosts, hosts...)
 		return nil
 	})
+	fs.StringVar(&c.PublicURL, "public-url", "", "the console's address as account holders' browsers reach it (https://host[:port][/path]; plain http only on this machine): the Open Banking redirect URI is it followed by /console/authorise/callback (register that with the bank), and its host is answered to as a --public-host; empty: the address each console request came to")
 	var operatorsFile string
 	fs.StringVar(&operatorsFile, "operators-file", "", "the console's operators, each with their own credential: lines NAME:SHA256HEX, the hex SHA-256 of that operator's token (printf %s \"$TOKEN\" | sha256sum); each signs in with their name and token and the name recorded with their actions is verified (without it, the API token with any name, recorded as self-asserted)")
 	fs.BoolVar(&c.RiverUIAdmin, "riverui-admin", false, "let the River UI cancel, retry and delete jobs and pause queues (read-only otherwise)")

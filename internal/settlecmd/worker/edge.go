@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"github.com/settle/settle/internal/httpsafe"
 )
@@ -14,9 +16,13 @@ import (
 const RiverUIMaxBody = 1 << 20
 
 // validateEdge checks the settings of the HTTP edge: the --public-host
-// names, and that a worker listening beyond this machine has a token.
+// names, the --public-url, and that a worker listening beyond this machine
+// has a token.
 func (c Config) validateEdge() error {
-	if _, err := httpsafe.NewHosts(c.PublicHosts, c.Listen); err != nil {
+	if _, err := publicURLHost(c.PublicURL); err != nil {
+		return err
+	}
+	if _, err := httpsafe.NewHosts(c.publicHosts(), c.Listen); err != nil {
 		return err
 	}
 	host, _, err := net.SplitHostPort(c.Listen)
@@ -30,10 +36,48 @@ func (c Config) validateEdge() error {
 	return nil
 }
 
+// publicURLHost checks a --public-url and returns its host (with its port
+// when it names one); empty for none. The account holders' browsers come
+// back to it from their bank, which accepts only the redirect URI
+// registered with it: an absolute https URL (plain http only on this
+// machine), without query, fragment or credentials.
+func publicURLHost(raw string) (string, error) {
+	if raw == "" {
+		return "", nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("invalid --public-url %q: %w", raw, err)
+	}
+	switch {
+	case u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		return "", fmt.Errorf("invalid --public-url %q: want https://host[:port][/path], the console's address as browsers reach it", raw)
+	case u.Scheme == "http" && !httpsafe.IsLoopback(u.Hostname()):
+		return "", fmt.Errorf("invalid --public-url %q: plain http is only for this machine; a bank sends account holders back to an https address", raw)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return "", fmt.Errorf("invalid --public-url %q: no credentials, query or fragment", raw)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+			return "", fmt.Errorf("invalid --public-url %q: port %q", raw, p)
+		}
+	}
+	return u.Host, nil
+}
+
+// publicHosts are the --public-host names and the --public-url's host.
+func (c Config) publicHosts() []string {
+	host, err := publicURLHost(c.PublicURL)
+	if err != nil || host == "" {
+		return c.PublicHosts
+	}
+	return append(c.PublicHosts[:len(c.PublicHosts):len(c.PublicHosts)], host)
+}
+
 // guardEdge puts the whole API behind the Host check and cross-origin
 // protection (package httpsafe); /healthz and /readyz answer any Host.
 func (w *Worker) guardEdge(mux http.Handler) (http.Handler, error) {
-	hosts, err := httpsafe.NewHosts(w.cfg.PublicHosts, w.cfg.Listen)
+	hosts, err := httpsafe.NewHosts(w.cfg.publicHosts(), w.cfg.Listen)
 	if err != nil {
 		return nil, err
 	}

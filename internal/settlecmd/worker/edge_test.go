@@ -312,3 +312,38 @@ func TestRejectsLogBounded(t *testing.T) {
 		t.Errorf("%d log lines for 50 forged webhooks, want 1 (2 at a boundary of the interval)", n)
 	}
 }
+
+// TestPublicURL: --public-url is the console's address as account
+// holders' browsers reach it. A bank sends them back only to an https
+// address (plain http only on this machine) with no query, fragment or
+// credentials; anything else is refused at start. Its host is answered to
+// (the redirect comes to it), other hosts still get 421.
+func TestPublicURL(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	_, bankURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 1})
+	for _, bad := range []string{"pay.example.com", "/console", "ftp://pay.example.com", "http://pay.example.com",
+		"https://", "https://pay.example.com/?a=b", "https://pay.example.com/#x", "https://u:p@pay.example.com", "https://pay.example.com:99999999", "https://pay .example.com"} {
+		c := worker.DefaultConfig()
+		c.Pool, c.BankURL, c.PublicURL = db.Pool, bankURL, bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--public-url") {
+			t.Errorf("--public-url %q: %v, want a refusal naming --public-url", bad, err)
+		}
+	}
+	for _, good := range []string{"https://pay.example.com", "https://pay.example.com:8443/settle/", "http://127.0.0.1:8080", "http://localhost"} {
+		c := worker.DefaultConfig()
+		c.Pool, c.BankURL, c.PublicURL = db.Pool, bankURL, good
+		if err := c.Validate(); err != nil {
+			t.Errorf("--public-url %q: %v", good, err)
+		}
+	}
+	base, _, _ := edgeWorker(t, "", func(c *worker.Config) { c.PublicURL = "https://pay.example.com:8443/settle" })
+	if code, body := send(t, base, edgeReq{method: http.MethodGet, path: "/v1/settlements/x", host: "pay.example.com:8443"}); code != http.StatusNotFound {
+		t.Errorf("GET with the public URL's Host = %d %.200s, want 404 (served)", code, body)
+	}
+	for _, host := range []string{"pay.example.com", "pay.example.com:443", "evil.example"} {
+		if code, body := send(t, base, edgeReq{method: http.MethodGet, path: "/v1/settlements/x", host: host}); code != http.StatusMisdirectedRequest {
+			t.Errorf("GET with Host %s = %d %.200s, want 421", host, code, body)
+		}
+	}
+}

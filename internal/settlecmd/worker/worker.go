@@ -113,6 +113,11 @@ type Config struct {
 	// PublicHosts are the names besides this machine's that the API
 	// answers to (--public-host); other Host headers get 421 (edge.go).
 	PublicHosts []string
+	// PublicURL is the console's address as account holders' browsers
+	// reach it (--public-url): the Open Banking redirect URI is it plus
+	// console.CallbackPath, and its host is answered to as a --public-host.
+	// Empty: the address each request of the console came to.
+	PublicURL string
 	// RiverUIAdmin lets the River UI change jobs and queues
 	// (--riverui-admin); without it the River UI is read-only.
 	RiverUIAdmin bool
@@ -776,7 +781,8 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 		Now:       c.Now,
 		// An account holder's authorisation came back: the payment goes
 		// out on its bank's queue.
-		CheckNow: check,
+		CheckNow:  check,
+		PublicURL: c.PublicURL,
 	})
 	if err != nil {
 		return nil, err
