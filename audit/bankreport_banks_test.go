@@ -15,16 +15,16 @@ func TestBankReportPerBank(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
 	ctx := context.Background()
-	b.seed(t, "ours", 500, settlement.Confirmed, true)
-	b.pay(t, "ours", 500)
-	b.seed(t, "theirs", 700, settlement.Confirmed, true)
-	if _, err := b.db.Pool.Exec(ctx, "UPDATE settlements SET bank = 'stripe' WHERE settlement_id = 'theirs'"); err != nil {
+	b.Seed(t, "ours", 500, settlement.Confirmed, true)
+	b.Pay(t, "ours", 500)
+	b.Seed(t, "theirs", 700, settlement.Confirmed, true)
+	if _, err := b.DB.Pool.Exec(ctx, "UPDATE settlements SET bank = 'stripe' WHERE settlement_id = 'theirs'"); err != nil {
 		t.Fatal(err)
 	}
 	run := func(bank string) *BankReport {
 		t.Helper()
 		var rep BankReport
-		if _, err := (&BankReporter{DB: b.db.Pool, Bank: b.client, BankName: bank}).Run(ctx, &rep); err != nil {
+		if _, err := (&BankReporter{DB: b.DB.Pool, Bank: b.Client, BankName: bank}).Run(ctx, &rep); err != nil {
 			t.Fatal(err)
 		}
 		return &rep

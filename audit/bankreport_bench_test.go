@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/reporttest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // countSink counts what a report streams and keeps nothing.
@@ -37,7 +39,7 @@ func BenchmarkBankReport(b *testing.B) {
 	}{{"10k", 10_000}, {"100k", 100_000}} {
 		b.Run(bc.name, func(b *testing.B) {
 			db := dbtest.New(b)
-			seedBulk(b, db, bc.n, 10)
+			reporttest.SeedBulk(b, db, bc.n, 10)
 			if _, err := db.Pool.Exec(context.Background(), "VACUUM ANALYZE settlements, ledger_movements"); err != nil {
 				b.Fatal(err)
 			}
@@ -47,7 +49,7 @@ func BenchmarkBankReport(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				var sink countSink
-				stop := heapPeak()
+				stop := settletest.HeapPeak()
 				_, err := (&BankReporter{DB: db.Pool, Bank: bank}).Run(context.Background(), &sink)
 				peak = max(peak, stop())
 				if err != nil {

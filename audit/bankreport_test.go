@@ -9,16 +9,17 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testsupport/reporttest"
 	"github.com/settle/settle/settlement"
 )
 
 func (b *reportBundle) report(t *testing.T, bank bankclient.Bank) *BankReport {
 	t.Helper()
 	if bank == nil {
-		bank = b.client
+		bank = b.Client
 	}
 	var rep BankReport
-	r := &BankReporter{DB: b.db.Pool, Bank: bank, PageSize: 2}
+	r := &BankReporter{DB: b.DB.Pool, Bank: bank, PageSize: 2}
 	counts, err := r.Run(context.Background(), &rep)
 	if err != nil {
 		t.Fatalf("bank report: %v", err)
@@ -56,12 +57,12 @@ func TestBankReportClean(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
 	for i := range 5 {
-		b.confirmed(t, fmt.Sprintf("s-%d", i), int64(100+i))
+		b.Confirmed(t, fmt.Sprintf("s-%d", i), int64(100+i))
 	}
-	b.seed(t, "rejected", 100, settlement.Failed, false) // rejected: the bank holds no payment
-	b.seed(t, "waiting", 100, settlement.Pending, false)
-	b.seed(t, "in-flight", 300, settlement.Sent, false)
-	b.pay(t, "in-flight", 300)
+	b.Seed(t, "rejected", 100, settlement.Failed, false) // rejected: the bank holds no payment
+	b.Seed(t, "waiting", 100, settlement.Pending, false)
+	b.Seed(t, "in-flight", 300, settlement.Sent, false)
+	b.Pay(t, "in-flight", 300)
 
 	rep := b.report(t, nil)
 	if rep.Discrepancies() != 0 {
@@ -88,9 +89,9 @@ func TestBankReportClean(t *testing.T) {
 func TestBankReportMissingInLedger(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.confirmed(t, "ok", 100)
-	b.confirmed(t, "lost-movement", 250)
-	b.deleteMovement(t, "lost-movement")
+	b.Confirmed(t, "ok", 100)
+	b.Confirmed(t, "lost-movement", 250)
+	b.DeleteMovement(t, "lost-movement")
 
 	br := onlyBreak(t, b.report(t, nil), ClassMissingInLedger, "lost-movement")
 	if br.State != "confirmed" || br.Movement != nil || len(br.BankPayments) != 1 || br.BankPayments[0].AmountCents != 250 {
@@ -101,8 +102,8 @@ func TestBankReportMissingInLedger(t *testing.T) {
 func TestBankReportBankPaidUnknownID(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.confirmed(t, "ok", 100)
-	b.pay(t, "stranger", 999)
+	b.Confirmed(t, "ok", 100)
+	b.Pay(t, "stranger", 999)
 
 	br := onlyBreak(t, b.report(t, nil), ClassMissingInLedger, "stranger")
 	if br.State != "" || len(br.BankPayments) != 1 {
@@ -113,8 +114,8 @@ func TestBankReportBankPaidUnknownID(t *testing.T) {
 func TestBankReportMissingAtBank(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.confirmed(t, "ok", 100)
-	b.seed(t, "never-paid", 400, settlement.Confirmed, true)
+	b.Confirmed(t, "ok", 100)
+	b.Seed(t, "never-paid", 400, settlement.Confirmed, true)
 
 	rep := b.report(t, nil)
 	br := onlyBreak(t, rep, ClassMissingAtBank, "never-paid")
@@ -130,9 +131,9 @@ func TestBankReportMissingAtBank(t *testing.T) {
 func TestBankReportAmountMismatch(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.confirmed(t, "ok", 100)
-	b.pay(t, "altered", 900) // the bank executed another amount
-	b.seed(t, "altered", 1000, settlement.Confirmed, true)
+	b.Confirmed(t, "ok", 100)
+	b.Pay(t, "altered", 900) // the bank executed another amount
+	b.Seed(t, "altered", 1000, settlement.Confirmed, true)
 
 	br := onlyBreak(t, b.report(t, nil), ClassAmountMismatch, "altered")
 	if br.AmountCents != 1000 || br.BankPayments[0].AmountCents != 900 {
@@ -143,9 +144,9 @@ func TestBankReportAmountMismatch(t *testing.T) {
 func TestBankReportStatusMismatch(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.confirmed(t, "ok", 100)
-	b.pay(t, "paid-anyway", 500)
-	b.seed(t, "paid-anyway", 500, settlement.Failed, false)
+	b.Confirmed(t, "ok", 100)
+	b.Pay(t, "paid-anyway", 500)
+	b.Seed(t, "paid-anyway", 500, settlement.Failed, false)
 
 	br := onlyBreak(t, b.report(t, nil), ClassStatusMismatch, "paid-anyway")
 	if br.State != "failed" || br.BankPayments[0].Status != "settled" {
@@ -156,19 +157,19 @@ func TestBankReportStatusMismatch(t *testing.T) {
 func TestBankReportDuplicateAtBank(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.confirmed(t, "ok", 100)
+	b.Confirmed(t, "ok", 100)
 	// The bank forgets keys after a minute; a second POST under the same key
 	// after that creates a second payment for the same settlement.
-	if err := b.bank.SetFaults(fakebank.Faults{KeyTTLMS: 60_000}); err != nil {
+	if err := b.Bank.SetFaults(fakebank.Faults{KeyTTLMS: 60_000}); err != nil {
 		t.Fatal(err)
 	}
-	first := b.pay(t, "twice", 700)
-	b.clock.Advance(2 * time.Minute)
-	second := b.pay(t, "twice", 700)
+	first := b.Pay(t, "twice", 700)
+	b.Clock.Advance(2 * time.Minute)
+	second := b.Pay(t, "twice", 700)
 	if first.ID == second.ID {
 		t.Fatalf("the bank did not forget the key: one payment %s", first.ID)
 	}
-	b.seed(t, "twice", 700, settlement.Confirmed, true)
+	b.Seed(t, "twice", 700, settlement.Confirmed, true)
 
 	br := onlyBreak(t, b.report(t, nil), ClassDuplicateAtBank, "twice")
 	if len(br.BankPayments) != 2 || br.BankPayments[0].ID != first.ID || br.BankPayments[1].ID != second.ID {
@@ -199,10 +200,10 @@ func (s staleBank) Statement(ctx context.Context, after string, limit int) (bank
 func TestBankReportRechecksWhatTheStatementMissed(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.confirmed(t, "ok", 100)
-	b.confirmed(t, "confirmed-during-the-read", 200)
+	b.Confirmed(t, "ok", 100)
+	b.Confirmed(t, "confirmed-during-the-read", 200)
 
-	rep := b.report(t, staleBank{Bank: b.client, hide: map[string]bool{"confirmed-during-the-read": true}})
+	rep := b.report(t, staleBank{Bank: b.Client, hide: map[string]bool{"confirmed-during-the-read": true}})
 	if rep.Discrepancies() != 0 || rep.ByClass[ClassMatched] != 2 || rep.Rechecked != 1 {
 		t.Fatalf("matched %d, rechecked %d, breaks %+v; want 2 matched after 1 recheck", rep.ByClass[ClassMatched], rep.Rechecked, rep.Breaks)
 	}
@@ -211,13 +212,13 @@ func TestBankReportRechecksWhatTheStatementMissed(t *testing.T) {
 func TestBankReportBankDown(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
-	b.confirmed(t, "ok", 100)
+	b.Confirmed(t, "ok", 100)
 	dead, err := settle.New("http://127.0.0.1:1", bankclient.Options{Timeout: time.Second, Retry: bankclient.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rep BankReport
-	if _, err := (&BankReporter{DB: b.db.Pool, Bank: dead}).Run(context.Background(), &rep); err == nil {
+	if _, err := (&BankReporter{DB: b.DB.Pool, Bank: dead}).Run(context.Background(), &rep); err == nil {
 		t.Fatal("report against an unreachable bank succeeded")
 	}
 	if rep.Breaks != nil {
@@ -225,7 +226,7 @@ func TestBankReportBankDown(t *testing.T) {
 	}
 	// The connection went back to the pool without its temporary tables.
 	var n int
-	if err := b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_tables WHERE tablename = $1", stmtTable).Scan(&n); err != nil || n != 0 {
+	if err := b.DB.Pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_tables WHERE tablename = $1", stmtTable).Scan(&n); err != nil || n != 0 {
 		t.Errorf("temporary tables left behind: %d, %v", n, err)
 	}
 }
@@ -234,7 +235,7 @@ func TestBankReportManySettlements(t *testing.T) {
 	t.Parallel()
 	b := setupReport(t)
 	const n = 3000
-	seedBulk(t, b.db, n, 0)
+	reporttest.SeedBulk(t, b.DB, n, 0)
 	rep := b.report(t, &genBank{n: n})
 	if rep.ByClass[ClassMatched] != n || rep.Discrepancies() != 0 || rep.BankPayments != n {
 		t.Fatalf("matched %d of %d, breaks %d", rep.ByClass[ClassMatched], n, rep.Discrepancies())
@@ -252,15 +253,15 @@ func TestBankReportReturned(t *testing.T) {
 	b := setupReport(t)
 	ctx := context.Background()
 	reversal := func(id string, amount int64) {
-		if _, err := b.db.Pool.Exec(ctx, `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+		if _, err := b.DB.Pool.Exec(ctx, `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
 			VALUES ($1, 'reversal', 'acc-1', $2, 'EUR')`, id, amount); err != nil {
 			t.Fatal(err)
 		}
 	}
-	back := b.pay(t, "back", 700)
-	b.seed(t, "back", 700, settlement.Returned, true)
+	back := b.Pay(t, "back", 700)
+	b.Seed(t, "back", 700, settlement.Returned, true)
 	reversal("back", 700)
-	if err := b.bank.Return(back.ID, "AC04"); err != nil {
+	if err := b.Bank.Return(back.ID, "AC04"); err != nil {
 		t.Fatal(err)
 	}
 	rep := b.report(t, nil)
@@ -268,8 +269,8 @@ func TestBankReportReturned(t *testing.T) {
 		t.Fatalf("returned at both ends: returned_agreed %d, breaks %+v", rep.ByClass[ClassReturnedAgreed], rep.Breaks)
 	}
 
-	b.pay(t, "not-back", 800)
-	b.seed(t, "not-back", 800, settlement.Returned, true)
+	b.Pay(t, "not-back", 800)
+	b.Seed(t, "not-back", 800, settlement.Returned, true)
 	reversal("not-back", 800)
 	onlyBreak(t, b.report(t, nil), ClassStatusMismatch, "not-back")
 }

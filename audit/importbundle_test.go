@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/reporttest"
 	"github.com/settle/settle/statement/importer"
 )
 
@@ -18,7 +19,7 @@ type importBundle struct {
 func setupImport(t *testing.T) *importBundle {
 	t.Helper()
 	db := dbtest.New(t)
-	return &importBundle{reportBundle: &reportBundle{db: db}, im: &importer.StatementImporter{DB: db.Pool, Accounts: testAccounts}}
+	return &importBundle{reportBundle: &reportBundle{&reporttest.Bundle{DB: db}}, im: &importer.StatementImporter{DB: db.Pool, Accounts: testAccounts}}
 }
 
 // testAccounts are the accounts the test files' statements are for: the

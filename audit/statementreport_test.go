@@ -7,6 +7,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/settle/settle/internal/testsupport/camttest"
 	"github.com/settle/settle/settlement"
 )
 
@@ -15,7 +16,7 @@ import (
 func (b *importBundle) stmtReport(t *testing.T) *BankReport {
 	t.Helper()
 	var rep BankReport
-	counts, err := (&StatementReporter{DB: b.db.Pool}).Run(context.Background(), &rep)
+	counts, err := (&StatementReporter{DB: b.DB.Pool}).Run(context.Background(), &rep)
 	if err != nil {
 		t.Fatalf("statement report: %v", err)
 	}
@@ -38,8 +39,8 @@ func (b *importBundle) stmtReport(t *testing.T) *BankReport {
 // payout and reversal movements.
 func (b *importBundle) returnedSettlement(t *testing.T, id string, amount int64) {
 	t.Helper()
-	b.seed(t, id, amount, settlement.Returned, true)
-	if _, err := b.db.Pool.Exec(context.Background(), `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+	b.Seed(t, id, amount, settlement.Returned, true)
+	if _, err := b.DB.Pool.Exec(context.Background(), `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
 		VALUES ($1, 'reversal', 'acc-1', $2, 'EUR')`, id, amount); err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +49,9 @@ func (b *importBundle) returnedSettlement(t *testing.T, id string, amount int64)
 func TestStatementReportNeedsStatements(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "ok", 100, settlement.Confirmed, true)
+	b.Seed(t, "ok", 100, settlement.Confirmed, true)
 	var rep BankReport
-	if _, err := (&StatementReporter{DB: b.db.Pool}).Run(context.Background(), &rep); !errors.Is(err, ErrNoStatements) {
+	if _, err := (&StatementReporter{DB: b.DB.Pool}).Run(context.Background(), &rep); !errors.Is(err, ErrNoStatements) {
 		t.Fatalf("report without statements: %v, want ErrNoStatements", err)
 	}
 	if rep.Breaks != nil {
@@ -61,25 +62,25 @@ func TestStatementReportNeedsStatements(t *testing.T) {
 func TestStatementReportClean(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "paid-1", 1000, settlement.Confirmed, true)
-	b.seed(t, "paid-2", 2000, settlement.Confirmed, true)
-	b.seed(t, "paid-3", 3000, settlement.Confirmed, true)
-	b.seed(t, "rejected", 50, settlement.Failed, false)
-	b.seed(t, "failed-then-back", 70, settlement.Failed, false) // paid and returned before we knew: net zero
+	b.Seed(t, "paid-1", 1000, settlement.Confirmed, true)
+	b.Seed(t, "paid-2", 2000, settlement.Confirmed, true)
+	b.Seed(t, "paid-3", 3000, settlement.Confirmed, true)
+	b.Seed(t, "rejected", 50, settlement.Failed, false)
+	b.Seed(t, "failed-then-back", 70, settlement.Failed, false) // paid and returned before we knew: net zero
 	b.returnedSettlement(t, "came-back", 400)
-	b.seed(t, "waiting", 10, settlement.Pending, false)
-	stmt := tStmt{account: "acc-1", opening: 1_000_000, entries: []tEntry{
-		batch("B1", tTx{e2e: "paid-1", amount: 1000}, tTx{e2e: "paid-2", amount: 2000}),
-		debit("E3", "paid-3", 3000),
-		debit("E4", "failed-then-back", 70),
-		returned("R4", "failed-then-back", 70, "AC04"),
-		debit("E5", "came-back", 400),
-		returned("R5", "came-back", 400, "MD06"),
+	b.Seed(t, "waiting", 10, settlement.Pending, false)
+	stmt := camttest.Stmt{Account: "acc-1", Opening: 1_000_000, Entries: []camttest.Entry{
+		camttest.Batch("B1", camttest.Tx{E2E: "paid-1", Amount: 1000}, camttest.Tx{E2E: "paid-2", Amount: 2000}),
+		camttest.Debit("E3", "paid-3", 3000),
+		camttest.Debit("E4", "failed-then-back", 70),
+		camttest.Returned("R4", "failed-then-back", 70, "AC04"),
+		camttest.Debit("E5", "came-back", 400),
+		camttest.Returned("R5", "came-back", 400, "MD06"),
 	}}
-	b.importBytes(t, "day.053.xml", camt053("053", stmt))
+	b.importBytes(t, "day.053.xml", camttest.Camt053("053", stmt))
 	// The same bookings again, in another file (the day's notification):
 	// each counts once.
-	b.importBytes(t, "day.054.xml", camt053("054", stmt))
+	b.importBytes(t, "day.054.xml", camttest.Camt053("054", stmt))
 
 	rep := b.stmtReport(t)
 	if rep.Discrepancies() != 0 {
@@ -106,55 +107,55 @@ func TestStatementReportFindsEveryClass(t *testing.T) {
 	cases := []struct {
 		class Class
 		id    string // the settlement listed; "" for the lists of lines and statements
-		setup func(t *testing.T, b *importBundle) tStmt
+		setup func(t *testing.T, b *importBundle) camttest.Stmt
 	}{
-		{ClassMissingInLedger, "no-movement", func(t *testing.T, b *importBundle) tStmt {
-			b.seed(t, "no-movement", 500, settlement.Confirmed, false)
-			return tStmt{entries: []tEntry{debit("E1", "no-movement", 500)}}
+		{ClassMissingInLedger, "no-movement", func(t *testing.T, b *importBundle) camttest.Stmt {
+			b.Seed(t, "no-movement", 500, settlement.Confirmed, false)
+			return camttest.Stmt{Entries: []camttest.Entry{camttest.Debit("E1", "no-movement", 500)}}
 		}},
-		{ClassMissingAtBank, "never-booked", func(t *testing.T, b *importBundle) tStmt {
-			b.seed(t, "never-booked", 500, settlement.Confirmed, true)
-			return tStmt{}
+		{ClassMissingAtBank, "never-booked", func(t *testing.T, b *importBundle) camttest.Stmt {
+			b.Seed(t, "never-booked", 500, settlement.Confirmed, true)
+			return camttest.Stmt{}
 		}},
-		{ClassAmountMismatch, "short-paid", func(t *testing.T, b *importBundle) tStmt {
-			b.seed(t, "short-paid", 500, settlement.Confirmed, true)
-			return tStmt{entries: []tEntry{debit("E1", "short-paid", 499)}}
+		{ClassAmountMismatch, "short-paid", func(t *testing.T, b *importBundle) camttest.Stmt {
+			b.Seed(t, "short-paid", 500, settlement.Confirmed, true)
+			return camttest.Stmt{Entries: []camttest.Entry{camttest.Debit("E1", "short-paid", 499)}}
 		}},
-		{ClassStatusMismatch, "failed-but-paid", func(t *testing.T, b *importBundle) tStmt {
-			b.seed(t, "failed-but-paid", 500, settlement.Failed, false)
-			return tStmt{entries: []tEntry{batch("B1", tTx{e2e: "failed-but-paid", amount: 500}, tTx{e2e: "ok", amount: 100})}}
+		{ClassStatusMismatch, "failed-but-paid", func(t *testing.T, b *importBundle) camttest.Stmt {
+			b.Seed(t, "failed-but-paid", 500, settlement.Failed, false)
+			return camttest.Stmt{Entries: []camttest.Entry{camttest.Batch("B1", camttest.Tx{E2E: "failed-but-paid", Amount: 500}, camttest.Tx{E2E: "ok", Amount: 100})}}
 		}},
-		{ClassDuplicateAtBank, "twice", func(t *testing.T, b *importBundle) tStmt {
-			b.seed(t, "twice", 500, settlement.Confirmed, true)
-			return tStmt{entries: []tEntry{debit("E1", "twice", 500), debit("E2", "twice", 500)}}
+		{ClassDuplicateAtBank, "twice", func(t *testing.T, b *importBundle) camttest.Stmt {
+			b.Seed(t, "twice", 500, settlement.Confirmed, true)
+			return camttest.Stmt{Entries: []camttest.Entry{camttest.Debit("E1", "twice", 500), camttest.Debit("E2", "twice", 500)}}
 		}},
-		{ClassReturned, "bounced", func(t *testing.T, b *importBundle) tStmt {
-			b.seed(t, "bounced", 500, settlement.Confirmed, true)
-			return tStmt{entries: []tEntry{debit("E1", "bounced", 500), returned("R1", "bounced", 500, "AC04")}}
+		{ClassReturned, "bounced", func(t *testing.T, b *importBundle) camttest.Stmt {
+			b.Seed(t, "bounced", 500, settlement.Confirmed, true)
+			return camttest.Stmt{Entries: []camttest.Entry{camttest.Debit("E1", "bounced", 500), camttest.Returned("R1", "bounced", 500, "AC04")}}
 		}},
-		{ClassReturned, "reversed", func(t *testing.T, b *importBundle) tStmt {
-			b.seed(t, "reversed", 500, settlement.Confirmed, true)
-			return tStmt{entries: []tEntry{debit("E1", "reversed", 500),
-				{ref: "V1", amount: 500, credit: true, reversal: true, txs: []tTx{{e2e: "reversed", amount: 500}}}}}
+		{ClassReturned, "reversed", func(t *testing.T, b *importBundle) camttest.Stmt {
+			b.Seed(t, "reversed", 500, settlement.Confirmed, true)
+			return camttest.Stmt{Entries: []camttest.Entry{camttest.Debit("E1", "reversed", 500),
+				{Ref: "V1", Amount: 500, Credit: true, Reversal: true, Txs: []camttest.Tx{{E2E: "reversed", Amount: 500}}}}}
 		}},
-		{ClassUnmatchedEntries, "", func(*testing.T, *importBundle) tStmt {
-			return tStmt{entries: []tEntry{debit("E1", "nobody-we-know", 500)}}
+		{ClassUnmatchedEntries, "", func(*testing.T, *importBundle) camttest.Stmt {
+			return camttest.Stmt{Entries: []camttest.Entry{camttest.Debit("E1", "nobody-we-know", 500)}}
 		}},
-		{ClassBalanceBreaks, "", func(*testing.T, *importBundle) tStmt {
-			return tStmt{closing: &wrong}
+		{ClassBalanceBreaks, "", func(*testing.T, *importBundle) camttest.Stmt {
+			return camttest.Stmt{Closing: &wrong}
 		}},
 	}
 	for _, c := range cases {
 		t.Run(string(c.class)+"/"+c.id, func(t *testing.T) {
 			t.Parallel()
 			b := setupImport(t)
-			b.seed(t, "ok", 100, settlement.Confirmed, true)
+			b.Seed(t, "ok", 100, settlement.Confirmed, true)
 			st := c.setup(t, b)
-			st.account, st.opening = "acc-1", 1_000_000
-			if len(st.entries) == 0 || st.entries[0].ref != "B1" {
-				st.entries = append(st.entries, debit("OK", "ok", 100))
+			st.Account, st.Opening = "acc-1", 1_000_000
+			if len(st.Entries) == 0 || st.Entries[0].Ref != "B1" {
+				st.Entries = append(st.Entries, camttest.Debit("OK", "ok", 100))
 			}
-			b.importBytes(t, "day.xml", camt053("day", st))
+			b.importBytes(t, "day.xml", camttest.Camt053("day", st))
 
 			rep := b.stmtReport(t)
 			if got := rep.Discrepancies(); got != 1 || rep.ByClass[c.class] != 1 {
@@ -186,17 +187,17 @@ func TestStatementReportFindsEveryClass(t *testing.T) {
 func TestStatementReportUnresolvedUntilOnAStatement(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "ok", 100, settlement.Confirmed, true)
-	b.importBytes(t, "day1.xml", camt053("day1", tStmt{account: "acc-1", entries: []tEntry{debit("E1", "ok", 100)}}))
+	b.Seed(t, "ok", 100, settlement.Confirmed, true)
+	b.importBytes(t, "day1.xml", camttest.Camt053("day1", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Debit("E1", "ok", 100)}}))
 	// Confirmed after the last import: no statement can show it yet.
-	b.seed(t, "tomorrow", 200, settlement.Confirmed, true)
+	b.Seed(t, "tomorrow", 200, settlement.Confirmed, true)
 	rep := b.stmtReport(t)
 	un := rep.Breaks[ClassUnresolved]
 	if rep.Discrepancies() != 0 || len(un) != 1 || un[0].SettlementID != "tomorrow" {
 		t.Fatalf("discrepancies %d, unresolved %+v", rep.Discrepancies(), un)
 	}
 	// The next day's statement shows it: matched.
-	b.importBytes(t, "day2.xml", camt053("day2", tStmt{account: "acc-1", entries: []tEntry{debit("E2", "tomorrow", 200)}}))
+	b.importBytes(t, "day2.xml", camttest.Camt053("day2", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Debit("E2", "tomorrow", 200)}}))
 	if rep := b.stmtReport(t); rep.Discrepancies() != 0 || rep.ByClass[ClassMatched] != 2 || rep.ByClass[ClassUnresolved] != 0 {
 		t.Fatalf("after day 2: %+v", rep.ByClass)
 	}
@@ -207,16 +208,16 @@ func TestStatementReportUnresolvedUntilOnAStatement(t *testing.T) {
 func TestStatementReportJSON(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "ok", 100, settlement.Confirmed, true)
-	b.seed(t, "bounced", 500, settlement.Confirmed, true)
+	b.Seed(t, "ok", 100, settlement.Confirmed, true)
+	b.Seed(t, "bounced", 500, settlement.Confirmed, true)
 	wrong := int64(1)
-	b.importBytes(t, "day.xml", camt053("day",
-		tStmt{account: "acc-1", entries: []tEntry{debit("E1", "ok", 100), debit("E2", "bounced", 500),
-			returned("R1", "bounced", 500, "AC04"), debit("E3", "stranger", 1)}},
-		tStmt{account: "acc-2", closing: &wrong}))
+	b.importBytes(t, "day.xml", camttest.Camt053("day",
+		camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Debit("E1", "ok", 100), camttest.Debit("E2", "bounced", 500),
+			camttest.Returned("R1", "bounced", 500, "AC04"), camttest.Debit("E3", "stranger", 1)}},
+		camttest.Stmt{Account: "acc-2", Closing: &wrong}))
 	var buf bytes.Buffer
 	sink := NewBankJSON(&buf)
-	if _, err := (&StatementReporter{DB: b.db.Pool}).Run(context.Background(), sink); err != nil {
+	if _, err := (&StatementReporter{DB: b.DB.Pool}).Run(context.Background(), sink); err != nil {
 		t.Fatal(err)
 	}
 	if err := sink.Finish(); err != nil {

@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/settle/settle/internal/testsupport/reporttest"
 	"github.com/settle/settle/settlement"
 )
 
 func TestInspectSummaryEmptyHasEveryState(t *testing.T) {
 	t.Parallel()
-	b := setupReport(t)
-	sum, err := (&Inspector{DB: b.db.Pool}).Summary(context.Background())
+	b := reporttest.New(t)
+	sum, err := (&Inspector{DB: b.DB.Pool}).Summary(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,11 +32,11 @@ func TestInspectSummaryEmptyHasEveryState(t *testing.T) {
 
 func TestInspectAgesFollowTheClock(t *testing.T) {
 	t.Parallel()
-	b := setupReport(t)
-	b.seed(t, "u-1", 100, settlement.Uncertain, false)
-	b.seed(t, "c-1", 100, settlement.Confirmed, true)
+	b := reporttest.New(t)
+	b.Seed(t, "u-1", 100, settlement.Uncertain, false)
+	b.Seed(t, "c-1", 100, settlement.Confirmed, true)
 	later := time.Now().Add(time.Hour)
-	in := &Inspector{DB: b.db.Pool, Now: func() time.Time { return later }}
+	in := &Inspector{DB: b.DB.Pool, Now: func() time.Time { return later }}
 	ctx := context.Background()
 
 	sum, err := in.Summary(ctx)
@@ -60,9 +61,9 @@ func TestInspectAgesFollowTheClock(t *testing.T) {
 
 func TestInspectShowTellsTheStoryInOrder(t *testing.T) {
 	t.Parallel()
-	b := setupReport(t)
-	b.seed(t, "c-1", 100, settlement.Confirmed, true)
-	in := &Inspector{DB: b.db.Pool}
+	b := reporttest.New(t)
+	b.Seed(t, "c-1", 100, settlement.Confirmed, true)
+	in := &Inspector{DB: b.DB.Pool}
 	ctx := context.Background()
 	st, err := in.Show(ctx, "c-1")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/settle/settle/internal/testsupport/reporttest"
 	"github.com/settle/settle/settlement"
 )
 
@@ -67,16 +68,16 @@ func TestOverviewCountsOldestAndBank(t *testing.T) {
 
 func TestOverviewEstimatesLargeCounts(t *testing.T) {
 	t.Parallel()
-	b := setupReport(t)
+	b := reporttest.New(t)
 	ctx := context.Background()
 	const n = ExactCountLimit + 2000
-	if _, err := b.db.Pool.Exec(ctx, `
+	if _, err := b.DB.Pool.Exec(ctx, `
 		INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash)
 		SELECT 'big-' || i, 'acc', 'bene', 100, 'EUR', CASE WHEN i < 5 THEN 'failed' ELSE 'confirmed' END, 'key-' || i, 'sha256:' || repeat('0', 64)
 		FROM generate_series(0, $1::int - 1) i`, n); err != nil {
 		t.Fatal(err)
 	}
-	in := &Inspector{DB: b.db.Pool}
+	in := &Inspector{DB: b.DB.Pool}
 	// Without statistics: "more than the limit".
 	ov, err := in.Overview(ctx)
 	if err != nil {
@@ -96,7 +97,7 @@ func TestOverviewEstimatesLargeCounts(t *testing.T) {
 	if c := byState(ov, settlement.Confirmed); c.Exact || c.N <= ExactCountLimit {
 		t.Errorf("confirmed before ANALYZE = %+v, want an inexact count above the limit", c)
 	}
-	if _, err := b.db.Pool.Exec(ctx, `ANALYZE settlements`); err != nil {
+	if _, err := b.DB.Pool.Exec(ctx, `ANALYZE settlements`); err != nil {
 		t.Fatal(err)
 	}
 	if ov, err = in.Overview(ctx); err != nil {
@@ -109,17 +110,17 @@ func TestOverviewEstimatesLargeCounts(t *testing.T) {
 
 func TestOverviewBankSampleIsBounded(t *testing.T) {
 	t.Parallel()
-	b := setupReport(t)
-	b.seed(t, "s-1", 100, settlement.Sent, false)
+	b := reporttest.New(t)
+	b.Seed(t, "s-1", 100, settlement.Sent, false)
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	if _, err := b.db.Pool.Exec(context.Background(), `
+	if _, err := b.DB.Pool.Exec(context.Background(), `
 		INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at, finished_at, outcome, http_status)
 		SELECT 's-1', 'status', 'k', $1::timestamptz - (i * interval '10 ms'), $1::timestamptz - (i * interval '10 ms') + interval '5 ms',
 		       CASE WHEN i % 4 = 0 THEN 'ambiguous' ELSE 'payment' END, 200
 		FROM generate_series($2::int + 4, 1, -1) i`, now, BankSample); err != nil {
 		t.Fatal(err)
 	}
-	ov, err := (&Inspector{DB: b.db.Pool, Now: func() time.Time { return now }}).Overview(context.Background())
+	ov, err := (&Inspector{DB: b.DB.Pool, Now: func() time.Time { return now }}).Overview(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

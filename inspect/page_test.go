@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/reporttest"
 	"github.com/settle/settle/settlement"
 )
 
@@ -220,16 +221,16 @@ func TestFilterAndCursorRefuseNonsense(t *testing.T) {
 
 func TestRecordActionIsAppendOnlyAndInTheStory(t *testing.T) {
 	t.Parallel()
-	b := setupReport(t)
-	b.seed(t, "u-1", 100, settlement.Uncertain, false)
+	b := reporttest.New(t)
+	b.Seed(t, "u-1", 100, settlement.Uncertain, false)
 	ctx := context.Background()
 	at := time.Date(2030, 1, 1, 0, 0, 1, 0, time.UTC)
-	note, err := RecordAction(ctx, b.db.Pool, OperatorAction{SettlementID: "u-1", Operator: "alice", Action: OperatorNote,
+	note, err := RecordAction(ctx, b.DB.Pool, OperatorAction{SettlementID: "u-1", Operator: "alice", Action: OperatorNote,
 		Detail: "called the bank", Result: "recorded", OK: true, At: at})
 	if err != nil || note.ID == 0 {
 		t.Fatalf("note: %+v %v", note, err)
 	}
-	if _, err := RecordAction(ctx, b.db.Pool, OperatorAction{SettlementID: "u-1", Operator: "bob", Action: OperatorResolve,
+	if _, err := RecordAction(ctx, b.DB.Pool, OperatorAction{SettlementID: "u-1", Operator: "bob", Action: OperatorResolve,
 		Detail: "resolve now", Result: "stays uncertain", OK: true, At: at.Add(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
@@ -240,23 +241,23 @@ func TestRecordActionIsAppendOnlyAndInTheStory(t *testing.T) {
 		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: "x", SourceAddr: "not-an-address"},
 		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: string(make([]rune, MaxNoteLen+1))},
 	} {
-		if _, err := RecordAction(ctx, b.db.Pool, bad); err == nil {
+		if _, err := RecordAction(ctx, b.DB.Pool, bad); err == nil {
 			t.Errorf("recorded %+v", bad)
 		}
 	}
-	if _, err := RecordAction(ctx, b.db.Pool, OperatorAction{SettlementID: "nope", Operator: "alice", Action: OperatorNote,
+	if _, err := RecordAction(ctx, b.DB.Pool, OperatorAction{SettlementID: "nope", Operator: "alice", Action: OperatorNote,
 		Detail: "x", Result: "recorded", OK: true, At: at}); !errors.Is(err, settlement.ErrNotFound) {
 		t.Errorf("note on an unknown settlement: %v, want ErrNotFound", err)
 	}
 	for _, q := range []string{`UPDATE operator_actions SET detail = 'changed'`, `DELETE FROM operator_actions`} {
-		_, err := b.db.Pool.Exec(ctx, q)
+		_, err := b.DB.Pool.Exec(ctx, q)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "23001" {
 			t.Errorf("%s: %v, want the append-only refusal", q, err)
 		}
 	}
 
-	st, err := (&Inspector{DB: b.db.Pool}).Show(ctx, "u-1")
+	st, err := (&Inspector{DB: b.DB.Pool}).Show(ctx, "u-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,13 +277,13 @@ func TestRecordActionIsAppendOnlyAndInTheStory(t *testing.T) {
 
 func TestStoryShowsEveryMovement(t *testing.T) {
 	t.Parallel()
-	b := setupReport(t)
-	b.seed(t, "r-1", 250, settlement.Returned, true)
-	if _, err := b.db.Pool.Exec(context.Background(), `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+	b := reporttest.New(t)
+	b.Seed(t, "r-1", 250, settlement.Returned, true)
+	if _, err := b.DB.Pool.Exec(context.Background(), `INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
 		VALUES ('r-1', 'reversal', 'acc-1', 250, 'EUR')`); err != nil {
 		t.Fatal(err)
 	}
-	st, err := (&Inspector{DB: b.db.Pool}).Show(context.Background(), "r-1")
+	st, err := (&Inspector{DB: b.DB.Pool}).Show(context.Background(), "r-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,15 +303,15 @@ func TestStoryShowsEveryMovement(t *testing.T) {
 
 func TestConflictsPageKeyset(t *testing.T) {
 	t.Parallel()
-	b := setupReport(t)
-	b.seed(t, "c-1", 100, settlement.Confirmed, true)
-	if _, err := b.db.Pool.Exec(context.Background(), `
+	b := reporttest.New(t)
+	b.Seed(t, "c-1", 100, settlement.Confirmed, true)
+	if _, err := b.DB.Pool.Exec(context.Background(), `
 		INSERT INTO receipt_conflicts (settlement_id, stored_hash, incoming_hash, incoming)
 		SELECT 'c-1', 'sha256:' || repeat('0', 64), 'sha256:' || repeat('1', 63) || i, '{"amount_cents": 999}'
 		FROM generate_series(0, 6) i`); err != nil {
 		t.Fatal(err)
 	}
-	in := &Inspector{DB: b.db.Pool}
+	in := &Inspector{DB: b.DB.Pool}
 	var ids []int64
 	var after int64
 	for {

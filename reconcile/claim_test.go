@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/settlement"
 )
 
@@ -46,7 +47,7 @@ func TestSendClaimGroup(t *testing.T) {
 
 	const n = 12
 	for i := range n + 1 {
-		insertSettlement(t, b.db, fmt.Sprintf("grp-%02d", i), int64(100+i))
+		resolvertest.InsertSettlement(t, b.db, fmt.Sprintf("grp-%02d", i), int64(100+i))
 	}
 
 	gate.armed.Store(true)
@@ -82,8 +83,8 @@ func TestSendClaimGroup(t *testing.T) {
 	}
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("grp-%02d", i)
-		r := readRow(t, b.db, id)
-		if r.state != settlement.Confirmed || r.movements != 1 || r.moveAmount != int64(100+i) || r.unfinished != 0 {
+		r := resolvertest.ReadRow(t, b.db, id)
+		if r.State != settlement.Confirmed || r.Movements != 1 || r.MoveAmount != int64(100+i) || r.Unfinished != 0 {
 			t.Errorf("%s: %+v", id, r)
 		}
 	}
@@ -99,5 +100,5 @@ func TestSendClaimGroup(t *testing.T) {
 	if st := b.bank.Stats(); st.MaxPaymentsPerReference != 1 {
 		t.Errorf("bank %+v", st)
 	}
-	checkAgainst(t, b.db, b.r.Bank)
+	resolvertest.CheckAgainst(t, b.db, b.r.Bank)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
@@ -45,7 +46,7 @@ func TestLostAnswerResolvedByReplayAtAnIDOnlyBank(t *testing.T) {
 	t.Parallel()
 	b, clock := setupIDOnly(t, fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 1}, false)
 	ctx := context.Background()
-	insertSettlement(t, b.db, "lost-1", 4200)
+	resolvertest.InsertSettlement(t, b.db, "lost-1", 4200)
 	if out, err := b.r.Send(ctx, "lost-1", nil); err != nil || out.State != settlement.Uncertain {
 		t.Fatalf("send with the answer lost: %+v, %v", out, err)
 	}
@@ -54,7 +55,7 @@ func TestLostAnswerResolvedByReplayAtAnIDOnlyBank(t *testing.T) {
 	}
 	clock.Advance(time.Minute)
 	out, err := b.r.Resolve(ctx, "lost-1", nil)
-	if err != nil || out.State != settlement.Sent || readRow(t, b.db, "lost-1").paymentID == nil {
+	if err != nil || out.State != settlement.Sent || resolvertest.ReadRow(t, b.db, "lost-1").PaymentID == nil {
 		t.Fatalf("replay: %+v, %v; want sent with the bank's id learned", out, err)
 	}
 	var ops []string
@@ -79,7 +80,7 @@ func TestLostAnswerResolvedByReplayAtAnIDOnlyBank(t *testing.T) {
 	if st := b.bank.Stats(); st.Payments != 1 || st.MaxPaymentsPerReference != 1 {
 		t.Errorf("bank %+v, want one payment", st)
 	}
-	checkAgainst(t, b.db, b.r.Bank)
+	resolvertest.CheckAgainst(t, b.db, b.r.Bank)
 }
 
 // TestLostAnswerAfterTheKeyWindow: past the key window a replay could pay
@@ -92,7 +93,7 @@ func TestLostAnswerAfterTheKeyWindow(t *testing.T) {
 			t.Parallel()
 			b, clock := setupIDOnly(t, fakebank.Faults{DropResponseRate: 1}, search)
 			ctx := context.Background()
-			insertSettlement(t, b.db, "late-1", 990)
+			resolvertest.InsertSettlement(t, b.db, "late-1", 990)
 			if out, err := b.r.Send(ctx, "late-1", nil); err != nil || out.State != settlement.Uncertain {
 				t.Fatalf("send with the answer lost: %+v, %v", out, err)
 			}
@@ -104,13 +105,13 @@ func TestLostAnswerAfterTheKeyWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := readRow(t, b.db, "late-1")
+			r := resolvertest.ReadRow(t, b.db, "late-1")
 			if search {
-				if out.State != settlement.Confirmed || r.movements != 1 {
-					t.Errorf("found in the list: %+v, movements %d; want confirmed", out, r.movements)
+				if out.State != settlement.Confirmed || r.Movements != 1 {
+					t.Errorf("found in the list: %+v, movements %d; want confirmed", out, r.Movements)
 				}
-			} else if r.flag == nil || *r.flag != ReasonNoSafeQuestion || out.State != settlement.Uncertain {
-				t.Errorf("no safe question: %+v, flag %v; want uncertain flagged %s", out, r.flag, ReasonNoSafeQuestion)
+			} else if r.Flag == nil || *r.Flag != ReasonNoSafeQuestion || out.State != settlement.Uncertain {
+				t.Errorf("no safe question: %+v, flag %v; want uncertain flagged %s", out, r.Flag, ReasonNoSafeQuestion)
 			}
 			var replays int
 			_ = b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM bank_attempts WHERE settlement_id = 'late-1' AND op IN ('replay', 'send')`).Scan(&replays)
@@ -131,7 +132,7 @@ func TestNotInTheListAfterTheWindow(t *testing.T) {
 	t.Parallel()
 	b, clock := setupIDOnly(t, fakebank.Faults{FailBeforeRate: 1}, true)
 	ctx := context.Background()
-	insertSettlement(t, b.db, "never-1", 77)
+	resolvertest.InsertSettlement(t, b.db, "never-1", 77)
 	if out, err := b.r.Send(ctx, "never-1", nil); err != nil || out.State != settlement.Uncertain {
 		t.Fatalf("send failing before the bank: %+v, %v", out, err)
 	}
@@ -142,8 +143,8 @@ func TestNotInTheListAfterTheWindow(t *testing.T) {
 	if _, err := b.r.Resolve(ctx, "never-1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if r := readRow(t, b.db, "never-1"); r.flag == nil || *r.flag != ReasonNotInList || r.state != settlement.Uncertain {
-		t.Errorf("state %s, flag %v; want uncertain flagged %s", r.state, r.flag, ReasonNotInList)
+	if r := resolvertest.ReadRow(t, b.db, "never-1"); r.Flag == nil || *r.Flag != ReasonNotInList || r.State != settlement.Uncertain {
+		t.Errorf("state %s, flag %v; want uncertain flagged %s", r.State, r.Flag, ReasonNotInList)
 	}
 	if st := b.bank.Stats(); st.Payments != 0 {
 		t.Errorf("bank %+v, want no payment", st)
@@ -163,7 +164,7 @@ func TestLongIDGetsAStableShortReference(t *testing.T) {
 	for len(id) < 128 {
 		id += "é"
 	}
-	insertSettlement(t, b.db, id, 1500)
+	resolvertest.InsertSettlement(t, b.db, id, 1500)
 	ref := strict.Reference(id)
 	if _, err := b.db.Pool.Exec(ctx, `UPDATE settlements SET bank_reference = $2 WHERE settlement_id = $1`, id, ref); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/settlement"
 )
 
@@ -37,8 +38,8 @@ func TestUnsendableAmountFailsIt(t *testing.T) {
 	t.Run("settle", func(t *testing.T) {
 		t.Parallel()
 		b := setupResolver(t, fakebank.Faults{})
-		insertSettlement(t, b.db, "json-max", settle.MaxProtocolAmount)
-		insertSettlement(t, b.db, "json-over", settle.MaxProtocolAmount+1)
+		resolvertest.InsertSettlement(t, b.db, "json-max", settle.MaxProtocolAmount)
+		resolvertest.InsertSettlement(t, b.db, "json-over", settle.MaxProtocolAmount+1)
 		if out, err := b.r.Send(ctx, "json-max", nil); err != nil || out.State != settlement.Sent && out.State != settlement.Confirmed {
 			t.Fatalf("2^53-1: %+v, %v; want sent", out, err)
 		}
@@ -87,7 +88,7 @@ func TestUnsendableAmountFailsIt(t *testing.T) {
 			if st := ob.bank.Stats(); st.Payments != 1 {
 				t.Errorf("the bank holds %d payments, want the one at the limit", st.Payments)
 			}
-			if r := readRow(t, ob.db, "ob-over"); r.movements != 0 || r.unfinished != 0 {
+			if r := resolvertest.ReadRow(t, ob.db, "ob-over"); r.Movements != 0 || r.Unfinished != 0 {
 				t.Errorf("row %+v", r)
 			}
 		})

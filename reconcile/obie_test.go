@@ -19,6 +19,7 @@ import (
 	"github.com/settle/settle/fakebank/obietest"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
@@ -74,7 +75,7 @@ func (ob *obieBundle) insertOBIE(t *testing.T, id string, amount int64) {
 // insertOBIEFrom is insertOBIE paying from account.
 func (ob *obieBundle) insertOBIEFrom(t *testing.T, id string, amount int64, account string) {
 	t.Helper()
-	insertSettlementAt(t, ob.db, id, amount, account, "GBP")
+	resolvertest.InsertSettlementAt(t, ob.db, id, amount, account, "GBP")
 	if _, err := ob.db.Pool.Exec(context.Background(), `UPDATE settlements SET
 		beneficiary = 'SortCodeAccountNumber:08080021325698:ACME Ltd', bank_reference = $2 WHERE settlement_id = $1`,
 		id, obie.Capabilities.Reference(id)); err != nil {
@@ -215,8 +216,8 @@ func TestConsentRejectedFailsIt(t *testing.T) {
 	if err != nil || out.State != settlement.Failed || !out.Done {
 		t.Fatalf("check after the customer rejected: %+v, %v; want failed", out, err)
 	}
-	if r := readRow(t, ob.db, "cons-reject"); r.movements != 0 {
-		t.Errorf("%d movements for a rejected consent", r.movements)
+	if r := resolvertest.ReadRow(t, ob.db, "cons-reject"); r.Movements != 0 {
+		t.Errorf("%d movements for a rejected consent", r.Movements)
 	}
 	if _, status, posts := ob.consentRow(t, "cons-reject"); status != string(bankclient.ConsentRejected) || posts != 0 {
 		t.Errorf("consent %q, %d payment requests: want rejected, none", status, posts)
@@ -242,8 +243,8 @@ func TestConsentExpiredIsFlagged(t *testing.T) {
 	if err != nil || out.State != settlement.Pending || out.FlagReason != ReasonConsentExpired || !out.Done {
 		t.Fatalf("check after the consent wait: %+v, %v; want pending flagged %s", out, err, ReasonConsentExpired)
 	}
-	if r := readRow(t, ob.db, "cons-expire"); r.nextCheck != nil {
-		t.Errorf("a flagged settlement has a next check at %v", r.nextCheck)
+	if r := resolvertest.ReadRow(t, ob.db, "cons-expire"); r.NextCheck != nil {
+		t.Errorf("a flagged settlement has a next check at %v", r.NextCheck)
 	}
 	if out, _ := ob.r.Send(ctx, "cons-expire", nil); out.Action != ActionNone {
 		t.Errorf("a flagged settlement was acted on: %+v", out)
@@ -290,8 +291,8 @@ func TestBadSignatureIsARefusalNeverAPayment(t *testing.T) {
 	if st := ob.bank.Stats(); st.Payments != 0 {
 		t.Errorf("bank %+v: want no payment", st)
 	}
-	if r := readRow(t, ob.db, "cons-badsig"); r.movements != 0 {
-		t.Errorf("%d movements", r.movements)
+	if r := resolvertest.ReadRow(t, ob.db, "cons-badsig"); r.Movements != 0 {
+		t.Errorf("%d movements", r.Movements)
 	}
 }
 
@@ -344,10 +345,10 @@ func TestConsentStepRacesPayOnce(t *testing.T) {
 	if cs := ob.bank.ConsentStats(); st.Payments != 1 || st.MaxPaymentsPerReference != 1 || cs.Consents != 1 {
 		t.Errorf("bank %+v: want one consent, one payment", st)
 	}
-	if r := readRow(t, ob.db, "cons-race"); r.movements != 1 || r.moveAmount != 4100 {
+	if r := resolvertest.ReadRow(t, ob.db, "cons-race"); r.Movements != 1 || r.MoveAmount != 4100 {
 		t.Errorf("%+v: want one movement of 4100", r)
 	}
-	checkAgainst(t, ob.db, ob.bank.BooksClient())
+	resolvertest.CheckAgainst(t, ob.db, ob.bank.BooksClient())
 }
 
 // TestAuthorisationRedirects: the redirects back from the account

@@ -11,6 +11,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
 )
@@ -29,7 +30,7 @@ func TestOutcomeGroupEachAsAlone(t *testing.T) {
 	var group []*outcomeWaiter
 	hooked := map[string]bool{}
 	for i, id := range []string{"g-ok", "g-lost", "g-hook"} {
-		insertSettlement(t, b.db, id, int64(100+i))
+		resolvertest.InsertSettlement(t, b.db, id, int64(100+i))
 		f, err := r.load(ctx, id)
 		if err != nil {
 			t.Fatal(err)
@@ -79,13 +80,13 @@ func TestOutcomeGroupEachAsAlone(t *testing.T) {
 	if w := byID["g-hook"]; !errors.Is(w.err, boom) {
 		t.Errorf("g-hook: %+v, %v", w.out, w.err)
 	}
-	for id, want := range map[string]row{
-		"g-ok":   {state: settlement.Confirmed, movements: 1, moveAmount: 100},
-		"g-lost": {state: settlement.Failed},
-		"g-hook": {state: settlement.Pending},
+	for id, want := range map[string]resolvertest.Row{
+		"g-ok":   {State: settlement.Confirmed, Movements: 1, MoveAmount: 100},
+		"g-lost": {State: settlement.Failed},
+		"g-hook": {State: settlement.Pending},
 	} {
-		got := readRow(t, b.db, id)
-		if got.state != want.state || got.movements != want.movements || got.moveAmount != want.moveAmount {
+		got := resolvertest.ReadRow(t, b.db, id)
+		if got.State != want.State || got.Movements != want.Movements || got.MoveAmount != want.MoveAmount {
 			t.Errorf("%s: %+v, want %+v", id, got, want)
 		}
 	}
@@ -100,7 +101,7 @@ func TestOutcomeGroupConcurrentSends(t *testing.T) {
 	b.r.ClaimGroup, b.r.OutcomeGroup = 1, 1
 	const n = 24
 	for i := range n {
-		insertSettlement(t, b.db, fmt.Sprintf("cs-%02d", i), int64(100+i))
+		resolvertest.InsertSettlement(t, b.db, fmt.Sprintf("cs-%02d", i), int64(100+i))
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -126,12 +127,12 @@ func TestOutcomeGroupConcurrentSends(t *testing.T) {
 	wg.Wait()
 	for i := range n {
 		id := fmt.Sprintf("cs-%02d", i)
-		if r := readRow(t, b.db, id); r.state != settlement.Confirmed || r.movements != 1 || r.unfinished != 0 || hooked[id] != 1 {
+		if r := resolvertest.ReadRow(t, b.db, id); r.State != settlement.Confirmed || r.Movements != 1 || r.Unfinished != 0 || hooked[id] != 1 {
 			t.Errorf("%s: %+v, hooked %d", id, r, hooked[id])
 		}
 	}
 	if st := b.bank.Stats(); st.Payments != n || st.MaxPaymentsPerReference != 1 {
 		t.Fatalf("bank stats %+v", st)
 	}
-	checkAgainst(t, b.db, b.r.Bank)
+	resolvertest.CheckAgainst(t, b.db, b.r.Bank)
 }

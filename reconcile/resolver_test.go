@@ -14,6 +14,7 @@ import (
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
 	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
@@ -44,7 +45,7 @@ func resolveUntilTerminal(t *testing.T, b *resolverBundle, id string) Outcome {
 func TestResolverSendThenConfirm(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{SettleDelayMS: 100})
-	insertSettlement(t, b.db, "s-ok", 1234)
+	resolvertest.InsertSettlement(t, b.db, "s-ok", 1234)
 
 	out, err := b.r.Send(context.Background(), "s-ok", nil)
 	if err != nil {
@@ -62,8 +63,8 @@ func TestResolverSendThenConfirm(t *testing.T) {
 	if out.State != settlement.Confirmed {
 		t.Fatalf("final: %+v", out)
 	}
-	r := readRow(t, b.db, "s-ok")
-	if r.state != settlement.Confirmed || r.movements != 1 || r.moveAmount != 1234 || r.paymentID == nil || r.unfinished != 0 || r.nextCheck != nil {
+	r := resolvertest.ReadRow(t, b.db, "s-ok")
+	if r.State != settlement.Confirmed || r.Movements != 1 || r.MoveAmount != 1234 || r.PaymentID == nil || r.Unfinished != 0 || r.NextCheck != nil {
 		t.Fatalf("row = %+v", r)
 	}
 	// Resolving a confirmed settlement is a no-op.
@@ -78,7 +79,7 @@ func TestResolverSendThenConfirm(t *testing.T) {
 func TestResolverRejectedFails(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{RejectRate: 1})
-	insertSettlement(t, b.db, "s-rej", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-rej", 100)
 	out, err := b.r.Send(context.Background(), "s-rej", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +87,7 @@ func TestResolverRejectedFails(t *testing.T) {
 	if out.State != settlement.Failed || !out.Done {
 		t.Fatalf("out = %+v", out)
 	}
-	if r := readRow(t, b.db, "s-rej"); r.movements != 0 || r.state != settlement.Failed {
+	if r := resolvertest.ReadRow(t, b.db, "s-rej"); r.Movements != 0 || r.State != settlement.Failed {
 		t.Fatalf("row = %+v", r)
 	}
 }
@@ -94,14 +95,14 @@ func TestResolverRejectedFails(t *testing.T) {
 func TestResolverSettlementFailure(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{SettlementFailureRate: 1, SettleDelayMS: 20})
-	insertSettlement(t, b.db, "s-fail", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-fail", 100)
 	if _, err := b.r.Send(context.Background(), "s-fail", nil); err != nil {
 		t.Fatal(err)
 	}
 	if out := resolveUntilTerminal(t, b, "s-fail"); out.State != settlement.Failed {
 		t.Fatalf("out = %+v", out)
 	}
-	if r := readRow(t, b.db, "s-fail"); r.movements != 0 {
+	if r := resolvertest.ReadRow(t, b.db, "s-fail"); r.Movements != 0 {
 		t.Fatalf("row = %+v", r)
 	}
 }
@@ -109,7 +110,7 @@ func TestResolverSettlementFailure(t *testing.T) {
 func TestResolverDroppedResponseBecomesUncertainThenConfirmed(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 20})
-	insertSettlement(t, b.db, "s-drop", 500)
+	resolvertest.InsertSettlement(t, b.db, "s-drop", 500)
 	out, err := b.r.Send(context.Background(), "s-drop", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func TestResolverDroppedResponseBecomesUncertainThenConfirmed(t *testing.T) {
 	if out := resolveUntilTerminal(t, b, "s-drop"); out.State != settlement.Confirmed {
 		t.Fatalf("out = %+v", out)
 	}
-	if r := readRow(t, b.db, "s-drop"); r.movements != 1 || r.moveAmount != 500 {
+	if r := resolvertest.ReadRow(t, b.db, "s-drop"); r.Movements != 1 || r.MoveAmount != 500 {
 		t.Fatalf("row = %+v", r)
 	}
 	if st := b.bank.Stats(); st.MaxPaymentsPerReference != 1 {
@@ -134,7 +135,7 @@ func TestResolverDroppedResponseBecomesUncertainThenConfirmed(t *testing.T) {
 func TestResolverBankDownNeverFails(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{FailBeforeRate: 1, StatusErrorRate: 1})
-	insertSettlement(t, b.db, "s-down", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-down", 100)
 	out, err := b.r.Send(context.Background(), "s-down", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +168,7 @@ func TestResolverBankDownNeverFails(t *testing.T) {
 func TestResolverKeyReuseIsFlagged(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{})
-	insertSettlement(t, b.db, "s-reuse", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-reuse", 100)
 	// Someone else used our key with another body.
 	if _, err := b.r.Bank.Send(context.Background(), bankclient.KeyFor("s-reuse"), bankclient.PaymentRequest{
 		AmountCents: 999, Currency: "EUR", DebtorAccount: "x", CreditorAccount: "y", Reference: "other"}); err != nil {
@@ -180,8 +181,8 @@ func TestResolverKeyReuseIsFlagged(t *testing.T) {
 	if out.State != settlement.Uncertain || !out.Done || out.Decision.Flag != ReasonKeyReuse {
 		t.Fatalf("out = %+v", out)
 	}
-	r := readRow(t, b.db, "s-reuse")
-	if r.flag == nil || *r.flag != ReasonKeyReuse || r.nextCheck != nil || r.movements != 0 {
+	r := resolvertest.ReadRow(t, b.db, "s-reuse")
+	if r.Flag == nil || *r.Flag != ReasonKeyReuse || r.NextCheck != nil || r.Movements != 0 {
 		t.Fatalf("row = %+v", r)
 	}
 	// Asked again, the bank's payment under our key is not ours: still flagged, never confirmed.
@@ -200,7 +201,7 @@ func TestResolverKeyTTL(t *testing.T) {
 	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: fakebank.Faults{DropResponseRate: 1, SettleDelayMS: 10_000, KeyTTLMS: 1000}})
 	b.r.Now = clock.Now
 	b.r.KeyTTL = time.Second
-	insertSettlement(t, b.db, "s-ttl", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-ttl", 100)
 	out, err := b.r.Send(context.Background(), "s-ttl", nil)
 	if err != nil || out.State != settlement.Uncertain {
 		t.Fatalf("send = %+v, %v", out, err)
@@ -224,8 +225,8 @@ func TestResolverKeyTTL(t *testing.T) {
 	if got := b.bank.Stats().Payments; got != payments {
 		t.Fatalf("bank payments %d → %d: the engine resent after the key TTL", payments, got)
 	}
-	r := readRow(t, b.db, "s-ttl")
-	if r.state != settlement.Uncertain || r.flag == nil || *r.flag != ReasonKeyForgotten || r.nextCheck != nil {
+	r := resolvertest.ReadRow(t, b.db, "s-ttl")
+	if r.State != settlement.Uncertain || r.Flag == nil || *r.Flag != ReasonKeyForgotten || r.NextCheck != nil {
 		t.Fatalf("row = %+v", r)
 	}
 }
@@ -236,7 +237,7 @@ func TestResolverKeyTTL(t *testing.T) {
 func TestResolverPendingOldAttemptNeverSent(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{})
-	insertSettlement(t, b.db, "s-old", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-old", 100)
 	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET first_attempt_at = now() - interval '2 hours' WHERE settlement_id = 's-old'`); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestResolverKeyAliveButNotReplayable(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{})
 	b.r.RequestBound = 2 * time.Minute
-	insertSettlement(t, b.db, "s-edge", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-edge", 100)
 	// One hour TTL, first attempt 59 minutes ago: alive for one more
 	// minute, less than the two a request may take.
 	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET first_attempt_at = now() - interval '59 minutes' WHERE settlement_id = 's-edge'`); err != nil {
@@ -285,7 +286,7 @@ func TestResolverKeyAliveButNotReplayable(t *testing.T) {
 func TestResolverConcurrentResolveOneMovement(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{SettleDelayMS: 0})
-	insertSettlement(t, b.db, "s-race", 700)
+	resolvertest.InsertSettlement(t, b.db, "s-race", 700)
 	if _, err := b.r.Send(context.Background(), "s-race", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +305,8 @@ func TestResolverConcurrentResolveOneMovement(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	r := readRow(t, b.db, "s-race")
-	if r.state != settlement.Confirmed || r.movements != 1 || r.moveAmount != 700 || r.unfinished != 0 {
+	r := resolvertest.ReadRow(t, b.db, "s-race")
+	if r.State != settlement.Confirmed || r.Movements != 1 || r.MoveAmount != 700 || r.Unfinished != 0 {
 		t.Fatalf("row = %+v", r)
 	}
 }
@@ -313,7 +314,7 @@ func TestResolverConcurrentResolveOneMovement(t *testing.T) {
 func TestResolverHookRunsInTransaction(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{})
-	insertSettlement(t, b.db, "s-hook", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-hook", 100)
 	boom := errors.New("boom")
 	_, err := b.r.Send(context.Background(), "s-hook", func(ctx context.Context, tx pgx.Tx, out Outcome) error { return boom })
 	if !errors.Is(err, boom) {
@@ -322,7 +323,7 @@ func TestResolverHookRunsInTransaction(t *testing.T) {
 	// The outcome was rolled back with the hook: still pending, like a
 	// crash before the answer was recorded. A second send asks the bank by
 	// key first and finds the payment: no second POST.
-	if r := readRow(t, b.db, "s-hook"); r.state != settlement.Pending {
+	if r := resolvertest.ReadRow(t, b.db, "s-hook"); r.State != settlement.Pending {
 		t.Fatalf("row = %+v", r)
 	}
 	out, err := b.r.Send(context.Background(), "s-hook", nil)
@@ -351,7 +352,7 @@ func TestResolverNotFound(t *testing.T) {
 func TestResolverOutcomeRewritesTheRowOnce(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{SettleDelayMS: 60_000})
-	insertSettlement(t, b.db, "s-once", 100)
+	resolvertest.InsertSettlement(t, b.db, "s-once", 100)
 	countRowVersions(t, b.db)
 	updates := func(want string) TxHook {
 		return func(ctx context.Context, tx pgx.Tx, out Outcome) error {
@@ -377,7 +378,7 @@ func TestResolverOutcomeRewritesTheRowOnce(t *testing.T) {
 	if out, err := b.r.Resolve(context.Background(), "s-once", updates("sent")); err != nil || out.State != settlement.Sent || out.Done {
 		t.Fatalf("resolve = %+v, %v", out, err)
 	}
-	if r := readRow(t, b.db, "s-once"); r.paymentID == nil || r.unfinished != 0 || r.nextCheck == nil {
+	if r := resolvertest.ReadRow(t, b.db, "s-once"); r.PaymentID == nil || r.Unfinished != 0 || r.NextCheck == nil {
 		t.Fatalf("row = %+v", r)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 )
@@ -21,16 +22,16 @@ func confirmedBundle(t *testing.T, id string, amount int64) (*resolverBundle, st
 	t.Helper()
 	b := setupResolver(t, fakebank.Faults{})
 	b.r.ReturnWatch = time.Hour
-	insertSettlement(t, b.db, id, amount)
+	resolvertest.InsertSettlement(t, b.db, id, amount)
 	out, err := b.r.Send(context.Background(), id, nil)
 	if err != nil || out.State != settlement.Confirmed {
 		t.Fatalf("send: %+v, %v; want confirmed at once", out, err)
 	}
-	r := readRow(t, b.db, id)
-	if r.paymentID == nil || r.nextCheck == nil {
+	r := resolvertest.ReadRow(t, b.db, id)
+	if r.PaymentID == nil || r.NextCheck == nil {
 		t.Fatalf("confirmed without a payment id or a watch check: %+v", r)
 	}
-	return b, *r.paymentID
+	return b, *r.PaymentID
 }
 
 func bookedMovements(t *testing.T, b *resolverBundle, id string) map[string]int {
@@ -73,7 +74,7 @@ func TestReturnByStatus(t *testing.T) {
 	if out, _ := b.r.Resolve(ctx, "ret-status", nil); out.Action != ActionNone {
 		t.Errorf("a returned settlement is asked again: %+v", out)
 	}
-	checkAgainst(t, b.db, b.r.Bank)
+	resolvertest.CheckAgainst(t, b.db, b.r.Bank)
 }
 
 // TestReturnFromEverySourceAtOnce: the same return reported by the status
@@ -116,8 +117,8 @@ func TestReturnFromEverySourceAtOnce(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if r := readRow(t, b.db, "ret-race"); r.state != settlement.Returned {
-		t.Errorf("state %s, want returned", r.state)
+	if r := resolvertest.ReadRow(t, b.db, "ret-race"); r.State != settlement.Returned {
+		t.Errorf("state %s, want returned", r.State)
 	}
 	if got := bookedMovements(t, b, "ret-race"); got["payout"] != 1 || got["reversal"] != 1 {
 		t.Errorf("movements %v, want one payout and one reversal", got)
@@ -143,8 +144,8 @@ func TestReturnRolledBackLeavesNeither(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the hook's", err)
 	}
-	if r := readRow(t, b.db, "ret-crash"); r.state != settlement.Confirmed {
-		t.Errorf("state %s after the rollback, want confirmed", r.state)
+	if r := resolvertest.ReadRow(t, b.db, "ret-crash"); r.State != settlement.Confirmed {
+		t.Errorf("state %s after the rollback, want confirmed", r.State)
 	}
 	if got := bookedMovements(t, b, "ret-crash"); got["reversal"] != 0 {
 		t.Errorf("movements %v after the rollback, want no reversal", got)
@@ -162,7 +163,7 @@ func TestReturnOfWhatWasNeverConfirmedAndPartialReturns(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{SettleDelayMS: 60_000})
 	ctx := context.Background()
-	insertSettlement(t, b.db, "ret-sent", 100)
+	resolvertest.InsertSettlement(t, b.db, "ret-sent", 100)
 	if out, err := b.r.Send(ctx, "ret-sent", nil); err != nil || out.State != settlement.Sent {
 		t.Fatalf("send: %+v, %v", out, err)
 	}
@@ -205,12 +206,12 @@ func TestReturnAfterTheKeyIsForgotten(t *testing.T) {
 	b := setupResolverOpts(t, fakebank.Options{Now: clock.Now, Faults: fakebank.Faults{KeyTTLMS: 1000}})
 	b.r.Now, b.r.KeyTTL, b.r.ReturnWatch = clock.Now, time.Second, time.Hour
 	ctx := context.Background()
-	insertSettlement(t, b.db, "ret-late", 2500)
+	resolvertest.InsertSettlement(t, b.db, "ret-late", 2500)
 	out, err := b.r.Send(ctx, "ret-late", nil)
 	if err != nil || out.State != settlement.Confirmed {
 		t.Fatalf("send: %+v, %v; want confirmed at once", out, err)
 	}
-	payID := readRow(t, b.db, "ret-late").paymentID
+	payID := resolvertest.ReadRow(t, b.db, "ret-late").PaymentID
 	if payID == nil {
 		t.Fatal("confirmed without a payment id")
 	}
@@ -228,5 +229,5 @@ func TestReturnAfterTheKeyIsForgotten(t *testing.T) {
 	if got := bookedMovements(t, b, "ret-late"); got["payout"] != 1 || got["reversal"] != 1 {
 		t.Errorf("movements %v, want one payout and one reversal", got)
 	}
-	checkAgainst(t, b.db, b.r.Bank)
+	resolvertest.CheckAgainst(t, b.db, b.r.Bank)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/settle/settle/bankclient/stripe"
 	"github.com/settle/settle/bankclient/stripe/stripetest"
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statemachine"
@@ -83,7 +84,7 @@ func TestStripeLostAnswerReplayedThenPolledByID(t *testing.T) {
 	}
 	clock.Advance(time.Minute)
 	out, err := b.r.Resolve(ctx, "stripe-lost-1", nil)
-	if err != nil || out.State != settlement.Sent || readRow(t, b.db, "stripe-lost-1").paymentID == nil {
+	if err != nil || out.State != settlement.Sent || resolvertest.ReadRow(t, b.db, "stripe-lost-1").PaymentID == nil {
 		t.Fatalf("replay: %+v, %v; want sent with the payout id learned", out, err)
 	}
 	settletest.Wait(t, "confirmation by payout id", func() (bool, string) {
@@ -94,8 +95,8 @@ func TestStripeLostAnswerReplayedThenPolledByID(t *testing.T) {
 		}
 		return out.State == settlement.Confirmed, string(out.State)
 	})
-	if r := readRow(t, b.db, "stripe-lost-1"); r.movements != 1 || r.moveAmount != 4200 {
-		t.Errorf("movements %d of %d, want one of 4200", r.movements, r.moveAmount)
+	if r := resolvertest.ReadRow(t, b.db, "stripe-lost-1"); r.Movements != 1 || r.MoveAmount != 4200 {
+		t.Errorf("movements %d of %d, want one of 4200", r.Movements, r.MoveAmount)
 	}
 	if st := b.bank.Stats(); st.Payments != 1 || st.MaxPaymentsPerReference != 1 || st.Replays != 1 {
 		t.Errorf("bank %+v, want one payout and one replay", st)
@@ -143,16 +144,16 @@ func TestStripeLostAnswerAfterTheKeyWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := readRow(t, b.db, "stripe-late-1")
+			r := resolvertest.ReadRow(t, b.db, "stripe-late-1")
 			flag := ""
-			if r.flag != nil {
-				flag = *r.flag
+			if r.Flag != nil {
+				flag = *r.Flag
 			}
 			if out.State != tc.want || flag != tc.flag {
 				t.Errorf("after the window: %s flagged %q, want %s flagged %q", out.State, flag, tc.want, tc.flag)
 			}
-			if tc.want == settlement.Confirmed && r.movements != 1 {
-				t.Errorf("%d movements, want 1", r.movements)
+			if tc.want == settlement.Confirmed && r.Movements != 1 {
+				t.Errorf("%d movements, want 1", r.Movements)
 			}
 			if n := posts(t, b, "stripe-late-1"); n != 1 {
 				t.Errorf("%d payout requests, want only the first", n)
@@ -177,7 +178,7 @@ func TestStripePaidThenFailedIsAReturn(t *testing.T) {
 	if err != nil || out.State != settlement.Confirmed {
 		t.Fatalf("send: %+v, %v; want confirmed at once (paid)", out, err)
 	}
-	payID := readRow(t, b.db, "stripe-ret-1").paymentID
+	payID := resolvertest.ReadRow(t, b.db, "stripe-ret-1").PaymentID
 	if payID == nil {
 		t.Fatal("confirmed without the payout id")
 	}
@@ -210,7 +211,7 @@ func TestStripeBankReportRechecksByID(t *testing.T) {
 	if err != nil || out.State != settlement.Confirmed {
 		t.Fatalf("send: %+v, %v; want confirmed at once (paid)", out, err)
 	}
-	payID := readRow(t, b.db, "stripe-rep-1").paymentID
+	payID := resolvertest.ReadRow(t, b.db, "stripe-rep-1").PaymentID
 	if payID == nil {
 		t.Fatal("confirmed without the payout id")
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/settle/settle/internal/testsupport/camttest"
 	"github.com/settle/settle/ledger"
 	"github.com/settle/settle/settlement"
 )
@@ -22,18 +23,18 @@ func TestStatementCreditsNameLedgerAccounts(t *testing.T) {
 	ctx := context.Background()
 	b := setupSafety(t)
 	b.seed(t, "fund:acc-paid", 700, "EUR", settlement.Confirmed)
-	file := camt053("credits", tStmt{account: "acc-1", entries: []tEntry{
-		{ref: "C1", amount: 50000, credit: true, txs: []tTx{{e2e: "fund:merchant-7", amount: 50000}}},
-		{ref: "C2", amount: 1200, credit: true, txs: []tTx{{e2e: "fund:merchant-7", amount: 1200}, {e2e: "fund:merchant-8", amount: 0}}},
-		{ref: "C3", amount: 300, credit: true, txs: []tTx{{e2e: "fund:settle:funding", amount: 300}}},
-		returned("C4", "fund:merchant-9", 400, "AC04"),
-		debit("D1", "fund:merchant-9", 500),
-		{ref: "C5", amount: 600, credit: true, txs: []tTx{{e2e: "other:merchant-9", amount: 600}}},
-		{ref: "C6", amount: 700, credit: true, txs: []tTx{{e2e: "fund:acc-paid", amount: 700}}},
+	file := camttest.Camt053("credits", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{
+		{Ref: "C1", Amount: 50000, Credit: true, Txs: []camttest.Tx{{E2E: "fund:merchant-7", Amount: 50000}}},
+		{Ref: "C2", Amount: 1200, Credit: true, Txs: []camttest.Tx{{E2E: "fund:merchant-7", Amount: 1200}, {E2E: "fund:merchant-8", Amount: 0}}},
+		{Ref: "C3", Amount: 300, Credit: true, Txs: []camttest.Tx{{E2E: "fund:settle:funding", Amount: 300}}},
+		camttest.Returned("C4", "fund:merchant-9", 400, "AC04"),
+		camttest.Debit("D1", "fund:merchant-9", 500),
+		{Ref: "C5", Amount: 600, Credit: true, Txs: []camttest.Tx{{E2E: "other:merchant-9", Amount: 600}}},
+		{Ref: "C6", Amount: 700, Credit: true, Txs: []camttest.Tx{{E2E: "fund:acc-paid", Amount: 700}}},
 	}})
 	without := *b.im
-	if res, err := without.Import(ctx, "other.xml", bytes.NewReader(camt053("none", tStmt{account: "acc-1", entries: []tEntry{
-		{ref: "N1", amount: 100, credit: true, txs: []tTx{{e2e: "fund:merchant-7", amount: 100}}},
+	if res, err := without.Import(ctx, "other.xml", bytes.NewReader(camttest.Camt053("none", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{
+		{Ref: "N1", Amount: 100, Credit: true, Txs: []camttest.Tx{{E2E: "fund:merchant-7", Amount: 100}}},
 	}}))); err != nil || len(res.Credits) != 0 {
 		t.Fatalf("import without a prefix: credits %+v, %v; want none", res.Credits, err)
 	}

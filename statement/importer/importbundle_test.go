@@ -6,18 +6,19 @@ import (
 	"testing"
 
 	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/reporttest"
 )
 
 // importBundle is one test's private database with an importer.
 type importBundle struct {
-	*reportBundle
+	*reporttest.Bundle
 	im *StatementImporter
 }
 
 func setupImport(t *testing.T) *importBundle {
 	t.Helper()
 	db := dbtest.New(t)
-	return &importBundle{reportBundle: &reportBundle{db: db}, im: &StatementImporter{DB: db.Pool, Accounts: testAccounts}}
+	return &importBundle{Bundle: &reporttest.Bundle{DB: db}, im: &StatementImporter{DB: db.Pool, Accounts: testAccounts}}
 }
 
 // testAccounts are the accounts the test files' statements are for: the
@@ -37,7 +38,7 @@ func (b *importBundle) importBytes(t *testing.T, name string, data []byte) Impor
 // stored counts the rows of the three statement tables.
 func (b *importBundle) stored(t *testing.T) (files, statements, lines int64) {
 	t.Helper()
-	err := b.db.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM bank_statement_files),
+	err := b.DB.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM bank_statement_files),
 		(SELECT count(*) FROM bank_statements), (SELECT count(*) FROM bank_statement_entries)`).Scan(&files, &statements, &lines)
 	if err != nil {
 		t.Fatal(err)

@@ -6,15 +6,16 @@ import (
 	"testing"
 
 	"github.com/settle/settle/inspect"
+	"github.com/settle/settle/internal/testsupport/camttest"
 	"github.com/settle/settle/settlement"
 )
 
 func TestOverviewShowsTheLastStatementImports(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "paid-1", 1000, settlement.Confirmed, true)
-	b.seed(t, "paid-2", 2000, settlement.Confirmed, true)
-	in := &inspect.Inspector{DB: b.db.Pool}
+	b.Seed(t, "paid-1", 1000, settlement.Confirmed, true)
+	b.Seed(t, "paid-2", 2000, settlement.Confirmed, true)
+	in := &inspect.Inspector{DB: b.DB.Pool}
 	ov, err := in.Overview(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -23,11 +24,11 @@ func TestOverviewShowsTheLastStatementImports(t *testing.T) {
 		t.Fatalf("before any import: %+v", ov.Statements)
 	}
 	wrong := int64(1)
-	b.importBytes(t, "day1.xml", camt053("day1", tStmt{account: "acc-1", opening: 10_000, entries: []tEntry{
-		debit("E1", "paid-1", 1000), debit("E2", "stranger", 500), returned("R1", "paid-2", 2000, "AC04"),
+	b.importBytes(t, "day1.xml", camttest.Camt053("day1", camttest.Stmt{Account: "acc-1", Opening: 10_000, Entries: []camttest.Entry{
+		camttest.Debit("E1", "paid-1", 1000), camttest.Debit("E2", "stranger", 500), camttest.Returned("R1", "paid-2", 2000, "AC04"),
 	}}))
-	b.importBytes(t, "day2.xml", camt053("day2", tStmt{account: "acc-2", opening: 5000, closing: &wrong, entries: []tEntry{
-		debit("E3", "paid-2", 2000),
+	b.importBytes(t, "day2.xml", camttest.Camt053("day2", camttest.Stmt{Account: "acc-2", Opening: 5000, Closing: &wrong, Entries: []camttest.Entry{
+		camttest.Debit("E3", "paid-2", 2000),
 	}}))
 	if ov, err = in.Overview(context.Background()); err != nil {
 		t.Fatal(err)
@@ -52,14 +53,14 @@ func TestOverviewShowsTheLastStatementImports(t *testing.T) {
 func TestUnmatchedLinesPageNewestFirst(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "paid-1", 1000, settlement.Confirmed, true)
-	b.importBytes(t, "day1.xml", camt053("day1", tStmt{account: "acc-1", opening: 10_000, entries: []tEntry{
-		debit("E1", "paid-1", 1000), debit("E2", "stranger-1", 500), debit("E3", "stranger-2", 600),
+	b.Seed(t, "paid-1", 1000, settlement.Confirmed, true)
+	b.importBytes(t, "day1.xml", camttest.Camt053("day1", camttest.Stmt{Account: "acc-1", Opening: 10_000, Entries: []camttest.Entry{
+		camttest.Debit("E1", "paid-1", 1000), camttest.Debit("E2", "stranger-1", 500), camttest.Debit("E3", "stranger-2", 600),
 	}}))
-	b.importBytes(t, "day2.xml", camt053("day2", tStmt{account: "acc-1", opening: 8_900, entries: []tEntry{
-		batch("B1", tTx{e2e: "stranger-3", amount: 100}, tTx{e2e: "paid-1", amount: 1000}, tTx{e2e: "stranger-4", amount: 200}),
+	b.importBytes(t, "day2.xml", camttest.Camt053("day2", camttest.Stmt{Account: "acc-1", Opening: 8_900, Entries: []camttest.Entry{
+		camttest.Batch("B1", camttest.Tx{E2E: "stranger-3", Amount: 100}, camttest.Tx{E2E: "paid-1", Amount: 1000}, camttest.Tx{E2E: "stranger-4", Amount: 200}),
 	}}))
-	in := &inspect.Inspector{DB: b.db.Pool}
+	in := &inspect.Inspector{DB: b.DB.Pool}
 	var got []string
 	var after inspect.LineCursor
 	for pages := 0; pages < 10; pages++ {

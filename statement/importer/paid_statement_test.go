@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/settle/settle/fakebank"
+	"github.com/settle/settle/internal/testsupport/resolvertest"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
@@ -23,7 +24,7 @@ func TestStatementResolvesLostAnswers(t *testing.T) {
 	b := setupResolver(t, fakebank.Faults{DropResponseRate: 1})
 	ctx := context.Background()
 	for _, id := range []string{"paid-uncertain", "paid-flagged"} {
-		insertSettlement(t, b.db, id, 1234)
+		resolvertest.InsertSettlement(t, b.db, id, 1234)
 		if out, err := b.r.Send(ctx, id, nil); err != nil || out.State != settlement.Uncertain {
 			t.Fatalf("send %s: %+v, %v; want uncertain (answer dropped)", id, out, err)
 		}
@@ -58,15 +59,15 @@ func TestStatementResolvesLostAnswers(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"paid-uncertain", "paid-flagged"} {
-		r := readRow(t, b.db, id)
-		if r.state != settlement.Confirmed || r.movements != 1 || r.moveAmount != 1234 || r.flag != nil {
+		r := resolvertest.ReadRow(t, b.db, id)
+		if r.State != settlement.Confirmed || r.Movements != 1 || r.MoveAmount != 1234 || r.Flag != nil {
 			t.Errorf("%s after the statement: %+v, want confirmed, one movement of 1234, not flagged", id, r)
 		}
 	}
 	if _, err := im.Import(ctx, "today-again.xml", bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
-	checkAgainst(t, b.db, b.r.Bank)
+	resolvertest.CheckAgainst(t, b.db, b.r.Bank)
 }
 
 // TestStatementPaysAnotherAmount: a statement line under the settlement's
@@ -75,7 +76,7 @@ func TestStatementPaysAnotherAmount(t *testing.T) {
 	t.Parallel()
 	b := setupResolver(t, fakebank.Faults{DropResponseRate: 1})
 	ctx := context.Background()
-	insertSettlement(t, b.db, "paid-other", 500)
+	resolvertest.InsertSettlement(t, b.db, "paid-other", 500)
 	if _, err := b.r.Send(ctx, "paid-other", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestStatementPaysAnotherAmount(t *testing.T) {
 	if err != nil || out.FlagReason != reconcile.ReasonStatementMismatch {
 		t.Fatalf("ApplyPaid of another amount: %+v, %v; want flagged %s", out, err, reconcile.ReasonStatementMismatch)
 	}
-	if r := readRow(t, b.db, "paid-other"); r.state != settlement.Uncertain || r.movements != 0 {
+	if r := resolvertest.ReadRow(t, b.db, "paid-other"); r.State != settlement.Uncertain || r.Movements != 0 {
 		t.Errorf("after a mismatching line: %+v, want uncertain without a movement", r)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/settle/settle/internal/testsupport/camttest"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
@@ -22,11 +23,11 @@ func TestRematchLinesImportedBeforeTheirSettlement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupSafety(t)
-	file := camt053("early", tStmt{account: "acc-1", entries: []tEntry{
-		debit("E1", "late-paid", 1234),
-		returned("E2", "late-returned", 5000, "AC04"),
-		debit("E3", "nobody", 777),
-		{ref: "E4", amount: 4321, txs: []tTx{{amount: 4321, party: "Ada Lovelace"}}},
+	file := camttest.Camt053("early", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{
+		camttest.Debit("E1", "late-paid", 1234),
+		camttest.Returned("E2", "late-returned", 5000, "AC04"),
+		camttest.Debit("E3", "nobody", 777),
+		{Ref: "E4", Amount: 4321, Txs: []camttest.Tx{{Amount: 4321, Party: "Ada Lovelace"}}},
 	}})
 	res, err := b.im.Import(ctx, "early.xml", bytes.NewReader(file))
 	if err != nil {

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/settle/settle/internal/testsupport/camttest"
 	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/reporttest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 )
 
 // writeBenchCamt writes a camt.053 of n entries to a file: batches of ten
@@ -23,15 +26,15 @@ func writeBenchCamt(tb testing.TB, n int) string {
 		tb.Fatal(err)
 	}
 	w := bufio.NewWriter(f)
-	var entries []tEntry
+	var entries []camttest.Entry
 	for i := 0; i < n; i++ {
 		ref := fmt.Sprintf("unknown-%d", i)
 		if i%10 == 0 {
 			ref = fmt.Sprintf("bulk-%d", i)
 		}
-		entries = append(entries, debit(fmt.Sprintf("E%d", i), ref, int64(100+i)))
+		entries = append(entries, camttest.Debit(fmt.Sprintf("E%d", i), ref, int64(100+i)))
 	}
-	if _, err := w.Write(camt053(fmt.Sprintf("bench-%d", n), tStmt{account: "acc-1", opening: 1 << 50, entries: entries})); err != nil {
+	if _, err := w.Write(camttest.Camt053(fmt.Sprintf("bench-%d", n), camttest.Stmt{Account: "acc-1", Opening: 1 << 50, Entries: entries})); err != nil {
 		tb.Fatal(err)
 	}
 	if err := w.Flush(); err != nil {
@@ -57,9 +60,9 @@ func BenchmarkStatementImport(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				db := dbtest.New(b)
-				seedBulk(b, db, n, 0)
+				reporttest.SeedBulk(b, db, n, 0)
 				b.StartTimer()
-				stop := heapPeak()
+				stop := settletest.HeapPeak()
 				start := time.Now()
 				res, err := (&StatementImporter{DB: db.Pool, Accounts: []string{"acc-1"}}).ImportFile(context.Background(), path)
 				total += time.Since(start)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/settle/settle/inspect"
+	"github.com/settle/settle/internal/testsupport/camttest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/statement"
 )
@@ -34,18 +35,18 @@ func refs(ls []inspect.StatementLine) []string {
 func TestImportStatementMatchesThroughBatches(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "paid-1", 1000, settlement.Confirmed, true)
-	b.seed(t, "paid-2", 2000, settlement.Confirmed, true)
-	b.seed(t, "paid-3", 3000, settlement.Confirmed, true)
-	b.seed(t, "in-flight", 777, settlement.Sent, false)
-	file := camt053("m1",
-		tStmt{account: "acc-1", opening: 100_000, entries: []tEntry{
-			batch("B1", tTx{e2e: "paid-1", amount: 1000}, tTx{e2e: "paid-2", amount: 2000}, tTx{e2e: "stranger", amount: 500}),
-			debit("E2", "paid-3", 3000),
-			debit("E3", "", 777),                // no reference: a suggestion, not a match
-			{ref: "FEE", amount: 150, txs: nil}, // no details at all
+	b.Seed(t, "paid-1", 1000, settlement.Confirmed, true)
+	b.Seed(t, "paid-2", 2000, settlement.Confirmed, true)
+	b.Seed(t, "paid-3", 3000, settlement.Confirmed, true)
+	b.Seed(t, "in-flight", 777, settlement.Sent, false)
+	file := camttest.Camt053("m1",
+		camttest.Stmt{Account: "acc-1", Opening: 100_000, Entries: []camttest.Entry{
+			camttest.Batch("B1", camttest.Tx{E2E: "paid-1", Amount: 1000}, camttest.Tx{E2E: "paid-2", Amount: 2000}, camttest.Tx{E2E: "stranger", Amount: 500}),
+			camttest.Debit("E2", "paid-3", 3000),
+			camttest.Debit("E3", "", 777),       // no reference: a suggestion, not a match
+			{Ref: "FEE", Amount: 150, Txs: nil}, // no details at all
 		}},
-		tStmt{account: "acc-2", opening: 5000})
+		camttest.Stmt{Account: "acc-2", Opening: 5000})
 
 	res := b.importBytes(t, "day1.xml", file)
 	if !res.Imported || res.Format != statement.FormatCamt053 || !strings.HasPrefix(res.Digest, "sha256:") {
@@ -69,7 +70,7 @@ func TestImportStatementMatchesThroughBatches(t *testing.T) {
 
 	// The batch's details are matched one by one, each with the batch's
 	// own facts repeated.
-	rows, err := b.db.Pool.Query(context.Background(), `SELECT e.position, e.tx_index, e.tx_count, e.entry_ref, e.entry_amount_minor,
+	rows, err := b.DB.Pool.Query(context.Background(), `SELECT e.position, e.tx_index, e.tx_count, e.entry_ref, e.entry_amount_minor,
 		e.amount_minor, e.end_to_end_id, coalesce(e.settlement_id, ''), e.match, st.account, st.digest
 		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id WHERE e.position = 1 ORDER BY e.tx_index`)
 	if err != nil {
@@ -105,16 +106,16 @@ func TestImportStatementMatchesThroughBatches(t *testing.T) {
 func TestImportStatementSuggestsByCounterparty(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "cand-a", 777, settlement.Sent, false)
-	b.seed(t, "cand-b", 777, settlement.Uncertain, false)
-	b.seed(t, "paid", 777, settlement.Confirmed, true)
-	if _, err := b.db.Pool.Exec(context.Background(), `UPDATE settlements SET beneficiary = 'Ada Lovelace' WHERE settlement_id = 'cand-b'`); err != nil {
+	b.Seed(t, "cand-a", 777, settlement.Sent, false)
+	b.Seed(t, "cand-b", 777, settlement.Uncertain, false)
+	b.Seed(t, "paid", 777, settlement.Confirmed, true)
+	if _, err := b.DB.Pool.Exec(context.Background(), `UPDATE settlements SET beneficiary = 'Ada Lovelace' WHERE settlement_id = 'cand-b'`); err != nil {
 		t.Fatal(err)
 	}
-	res := b.importBytes(t, "day.xml", camt053("party", tStmt{account: "acc-1", entries: []tEntry{
-		debit("E1", "paid", 777),
-		{ref: "E2", amount: 777, txs: []tTx{{amount: 777, party: "ADA LOVELACE "}}},
-		{ref: "E3", amount: 777, txs: []tTx{{amount: 777}}},
+	res := b.importBytes(t, "day.xml", camttest.Camt053("party", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{
+		camttest.Debit("E1", "paid", 777),
+		{Ref: "E2", Amount: 777, Txs: []camttest.Tx{{Amount: 777, Party: "ADA LOVELACE "}}},
+		{Ref: "E3", Amount: 777, Txs: []camttest.Tx{{Amount: 777}}},
 	}}))
 	if res.Matched != 1 || res.Suggested != 2 || len(res.UnmatchedEntries) != 2 {
 		t.Fatalf("matched %d, suggested %d: %v", res.Matched, res.Suggested, refs(res.UnmatchedEntries))
@@ -133,8 +134,8 @@ func TestImportStatementSuggestsByCounterparty(t *testing.T) {
 func TestImportStatementAgainChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "paid-1", 1000, settlement.Confirmed, true)
-	file := camt053("again", tStmt{account: "acc-1", entries: []tEntry{debit("E1", "paid-1", 1000), debit("E2", "other", 5)}})
+	b.Seed(t, "paid-1", 1000, settlement.Confirmed, true)
+	file := camttest.Camt053("again", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Debit("E1", "paid-1", 1000), camttest.Debit("E2", "other", 5)}})
 	first := b.importBytes(t, "first.xml", file)
 	files, stmts, lines := b.stored(t)
 
@@ -152,7 +153,7 @@ func TestImportStatementAgainChangesNothing(t *testing.T) {
 		}
 	}
 	// Other bytes are another file, even with the same statements.
-	if other := b.importBytes(t, "first.xml", camt053("again-resent", tStmt{account: "acc-1"})); !other.Imported {
+	if other := b.importBytes(t, "first.xml", camttest.Camt053("again-resent", camttest.Stmt{Account: "acc-1"})); !other.Imported {
 		t.Fatalf("another file was taken for the first: %+v", other)
 	}
 }
@@ -160,11 +161,11 @@ func TestImportStatementAgainChangesNothing(t *testing.T) {
 func TestImportStatementConcurrentlyStoresOnce(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	var entries []tEntry
+	var entries []camttest.Entry
 	for i := range 3000 {
-		entries = append(entries, debit(fmt.Sprintf("E%d", i), fmt.Sprintf("ref-%d", i), int64(100+i)))
+		entries = append(entries, camttest.Debit(fmt.Sprintf("E%d", i), fmt.Sprintf("ref-%d", i), int64(100+i)))
 	}
-	file := camt053("big", tStmt{account: "acc-1", opening: 1 << 40, entries: entries})
+	file := camttest.Camt053("big", camttest.Stmt{Account: "acc-1", Opening: 1 << 40, Entries: entries})
 
 	const n = 6
 	results := make([]ImportResult, n)
@@ -207,18 +208,18 @@ func TestImportStatementConcurrentlyStoresOnce(t *testing.T) {
 func TestImportStatementRefusedStoresNothing(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "paid-1", 1000, settlement.Confirmed, true)
-	valid := string(camt053("ok", tStmt{account: "acc-1", entries: []tEntry{debit("E1", "paid-1", 1000)}}))
+	b.Seed(t, "paid-1", 1000, settlement.Confirmed, true)
+	valid := string(camttest.Camt053("ok", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Debit("E1", "paid-1", 1000)}}))
 
 	bai2, mt940 := testdataFile(t, "bai2_terminated.bai"), testdataFile(t, "mt940_dutch.sta")
 	// A file that fails in its second statement, after the first statement
 	// and more than one COPY batch of lines were written in the transaction.
-	var many []tEntry
+	var many []camttest.Entry
 	for i := range 2500 {
-		many = append(many, debit(fmt.Sprintf("E%d", i), "paid-1", 1000))
+		many = append(many, camttest.Debit(fmt.Sprintf("E%d", i), "paid-1", 1000))
 	}
-	late := string(camt053("late", tStmt{account: "acc-1", entries: many},
-		tStmt{account: "acc-2", entries: []tEntry{debit("X", "x", 12345)}}))
+	late := string(camttest.Camt053("late", camttest.Stmt{Account: "acc-1", Entries: many},
+		camttest.Stmt{Account: "acc-2", Entries: []camttest.Entry{camttest.Debit("X", "x", 12345)}}))
 	i := strings.LastIndex(late, ">123.45<")
 	late = late[:i] + ">123.456<" + late[i+len(">123.45<"):]
 
@@ -259,16 +260,16 @@ func TestImportStatementRefusedStoresNothing(t *testing.T) {
 func TestImportStatementListsReturnsAndBalanceBreaks(t *testing.T) {
 	t.Parallel()
 	b := setupImport(t)
-	b.seed(t, "back-1", 1000, settlement.Confirmed, true)
-	b.seed(t, "back-2", 2000, settlement.Confirmed, true)
+	b.Seed(t, "back-1", 1000, settlement.Confirmed, true)
+	b.Seed(t, "back-2", 2000, settlement.Confirmed, true)
 	wrong := int64(-1)
-	file := camt053("returns",
-		tStmt{account: "acc-1", opening: 10_000, entries: []tEntry{
-			debit("E1", "back-1", 1000),
-			returned("R1", "back-1", 1000, "AC04"),
-			{ref: "V1", amount: 2000, credit: true, reversal: true, txs: []tTx{{e2e: "back-2", amount: 2000}}},
+	file := camttest.Camt053("returns",
+		camttest.Stmt{Account: "acc-1", Opening: 10_000, Entries: []camttest.Entry{
+			camttest.Debit("E1", "back-1", 1000),
+			camttest.Returned("R1", "back-1", 1000, "AC04"),
+			{Ref: "V1", Amount: 2000, Credit: true, Reversal: true, Txs: []camttest.Tx{{E2E: "back-2", Amount: 2000}}},
 		}},
-		tStmt{account: "acc-2", opening: 500, closing: &wrong, entries: []tEntry{debit("E9", "nobody", 100)}})
+		camttest.Stmt{Account: "acc-2", Opening: 500, Closing: &wrong, Entries: []camttest.Entry{camttest.Debit("E9", "nobody", 100)}})
 	res := b.importBytes(t, "returns.xml", file)
 	if res.Returns != 2 || len(res.Returned) != 2 || res.Unbalanced != 1 || len(res.BalanceBreaks) != 1 {
 		t.Fatalf("returns %d %v, unbalanced %d %+v", res.Returns, refs(res.Returned), res.Unbalanced, res.BalanceBreaks)
@@ -284,7 +285,7 @@ func TestImportStatementListsReturnsAndBalanceBreaks(t *testing.T) {
 	}
 	// Listing a return changes no settlement: the return flow is not built yet.
 	var state string
-	if err := b.db.Pool.QueryRow(context.Background(), "SELECT state FROM settlements WHERE settlement_id = 'back-1'").Scan(&state); err != nil || state != "confirmed" {
+	if err := b.DB.Pool.QueryRow(context.Background(), "SELECT state FROM settlements WHERE settlement_id = 'back-1'").Scan(&state); err != nil || state != "confirmed" {
 		t.Errorf("back-1 is %s (%v), want still confirmed", state, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/testsupport/camttest"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
@@ -118,28 +119,28 @@ func TestStatementCreditIsAReturnOnlyWithReturnInformationAndItsAmount(t *testin
 		extra string // a word the flag's detail must hold
 	}{
 		{"camt zero, confirmed", settlement.Confirmed, "EUR", func(ref string) []byte {
-			return camt053(ref, tStmt{account: "acc-1", entries: []tEntry{returned("R1", ref, 0, "AC04")}})
+			return camttest.Camt053(ref, camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Returned("R1", ref, 0, "AC04")}})
 		}, want{settlement.Confirmed, reconcile.ReasonStatementMismatch}, "amount"},
 		{"camt no amount in a batch, confirmed", settlement.Confirmed, "EUR", func(ref string) []byte {
-			return camt053(ref, tStmt{account: "acc-1", entries: []tEntry{{ref: "R1", amount: 5000, credit: true,
-				txs: []tTx{{e2e: ref, rtr: "AC04"}, {e2e: "someone-else", rtr: "AC04"}}}}})
+			return camttest.Camt053(ref, camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{{Ref: "R1", Amount: 5000, Credit: true,
+				Txs: []camttest.Tx{{E2E: ref, Rtr: "AC04"}, {E2E: "someone-else", Rtr: "AC04"}}}}})
 		}, want{settlement.Confirmed, reconcile.ReasonStatementMismatch}, "amount"},
 		{"camt zero, uncertain", settlement.Uncertain, "EUR", func(ref string) []byte {
-			return camt053(ref, tStmt{account: "acc-1", entries: []tEntry{returned("R1", ref, 0, "AC04")}})
+			return camttest.Camt053(ref, camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Returned("R1", ref, 0, "AC04")}})
 		}, want{settlement.Uncertain, reconcile.ReasonStatementMismatch}, "amount"},
 		{"camt full return, uncertain: never failed by a statement", settlement.Uncertain, "EUR", func(ref string) []byte {
-			return camt053(ref, tStmt{account: "acc-1", entries: []tEntry{returned("R1", ref, 5000, "AC04")}})
+			return camttest.Camt053(ref, camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Returned("R1", ref, 5000, "AC04")}})
 		}, want{settlement.Uncertain, ""}, ""},
 		{"camt full reversal, sent: never failed by a statement", settlement.Sent, "EUR", func(ref string) []byte {
-			return camt053(ref, tStmt{account: "acc-1", entries: []tEntry{{ref: "R1", amount: 5000, credit: true, reversal: true,
-				txs: []tTx{{e2e: ref, amount: 5000}}}}})
+			return camttest.Camt053(ref, camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{{Ref: "R1", Amount: 5000, Credit: true, Reversal: true,
+				Txs: []camttest.Tx{{E2E: ref, Amount: 5000}}}}})
 		}, want{settlement.Sent, ""}, ""},
 		{"camt credit without return information, confirmed", settlement.Confirmed, "EUR", func(ref string) []byte {
-			return camt053(ref, tStmt{account: "acc-1", entries: []tEntry{{ref: "R1", amount: 5000, credit: true,
-				txs: []tTx{{e2e: ref, amount: 5000}}}}})
+			return camttest.Camt053(ref, camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{{Ref: "R1", Amount: 5000, Credit: true,
+				Txs: []camttest.Tx{{E2E: ref, Amount: 5000}}}}})
 		}, want{settlement.Confirmed, ""}, ""},
 		{"camt return in another currency, confirmed", settlement.Confirmed, "USD", func(ref string) []byte {
-			return camt053(ref, tStmt{account: "acc-1", entries: []tEntry{returned("R1", ref, 5000, "AC04")}})
+			return camttest.Camt053(ref, camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Returned("R1", ref, 5000, "AC04")}})
 		}, want{settlement.Confirmed, reconcile.ReasonStatementMismatch}, "currency"},
 		{"mt940 zero, confirmed", settlement.Confirmed, "EUR", func(ref string) []byte {
 			return mt940Credit("EUR", "0,00", ref, "RTRN/AC04/")
@@ -231,8 +232,8 @@ func TestStatementPaymentInAnotherCurrency(t *testing.T) {
 			t.Errorf("%s after a debit in another currency: %+v; want not confirmed, no movement, flagged %s", id, got, reconcile.ReasonStatementMismatch)
 		}
 	}
-	if _, err := b.im.Import(context.Background(), "eur.xml", bytes.NewReader(camt053("eur", tStmt{account: "acc-1",
-		entries: []tEntry{debit("E1", "eur-ok", 1_000_000)}}))); err != nil {
+	if _, err := b.im.Import(context.Background(), "eur.xml", bytes.NewReader(camttest.Camt053("eur", camttest.Stmt{Account: "acc-1",
+		Entries: []camttest.Entry{camttest.Debit("E1", "eur-ok", 1_000_000)}}))); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.after(t, "eur-ok"); got.state != settlement.Confirmed || got.movements != "payout" {
@@ -251,11 +252,11 @@ func TestStatementLineWithoutAmountBlocksNothing(t *testing.T) {
 	b.seed(t, "nul-back", 800, "EUR", settlement.Confirmed)
 	b.seed(t, "ok-paid", 900, "EUR", settlement.Uncertain)
 	b.seed(t, "ok-back", 1000, "EUR", settlement.Confirmed)
-	file := camt053("nul", tStmt{account: "acc-1", entries: []tEntry{
-		{ref: "B1", amount: 1500, txs: []tTx{{e2e: "nul-paid"}, {e2e: "stranger"}}},
-		debit("E2", "ok-paid", 900),
-		{ref: "B3", amount: 1600, credit: true, txs: []tTx{{e2e: "nul-back", rtr: "AC04"}, {e2e: "stranger-2", rtr: "AC04"}}},
-		returned("E4", "ok-back", 1000, "AC04"),
+	file := camttest.Camt053("nul", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{
+		{Ref: "B1", Amount: 1500, Txs: []camttest.Tx{{E2E: "nul-paid"}, {E2E: "stranger"}}},
+		camttest.Debit("E2", "ok-paid", 900),
+		{Ref: "B3", Amount: 1600, Credit: true, Txs: []camttest.Tx{{E2E: "nul-back", Rtr: "AC04"}, {E2E: "stranger-2", Rtr: "AC04"}}},
+		camttest.Returned("E4", "ok-back", 1000, "AC04"),
 	}})
 	for i, name := range []string{"nul.xml", "nul-again.xml"} {
 		res, err := b.im.Import(context.Background(), name, bytes.NewReader(file))
@@ -306,8 +307,8 @@ func (f *flipReader) Seek(off int64, whence int) (int64, error) {
 func TestImportHashesWhatItParses(t *testing.T) {
 	t.Parallel()
 	b := setupSafety(t)
-	first := camt053("first", tStmt{account: "acc-1", entries: []tEntry{debit("E1", "one", 100)}})
-	second := camt053("second", tStmt{account: "acc-1", entries: []tEntry{debit("E1", "one", 100), debit("E2", "two", 200)}})
+	first := camttest.Camt053("first", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Debit("E1", "one", 100)}})
+	second := camttest.Camt053("second", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Debit("E1", "one", 100), camttest.Debit("E2", "two", 200)}})
 	res, err := b.im.Import(context.Background(), "flip.xml", &flipReader{r: bytes.NewReader(first), b: second})
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +318,7 @@ func TestImportHashesWhatItParses(t *testing.T) {
 		t.Fatalf("stored digest %s with %d lines; want %s, the digest of the one-line file that was read", res.Digest, res.Lines, want)
 	}
 	// A reader that can be read only once is enough.
-	once := camt053("once", tStmt{account: "acc-1", entries: []tEntry{debit("E1", "one", 100)}})
+	once := camttest.Camt053("once", camttest.Stmt{Account: "acc-1", Entries: []camttest.Entry{camttest.Debit("E1", "one", 100)}})
 	if res, err := b.im.Import(context.Background(), "-", io.MultiReader(bytes.NewReader(once))); err != nil || res.Lines != 1 {
 		t.Fatalf("import of a stream: %+v, %v", res, err)
 	}

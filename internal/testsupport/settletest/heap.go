@@ -1,4 +1,4 @@
-package audit
+package settletest
 
 import (
 	"runtime"
@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// heapPeak samples HeapInuse until stop is called and returns the highest
+// HeapPeak samples HeapInuse until stop is called and returns the highest
 // reading above the one at the start.
-func heapPeak() (stop func() uint64) {
+func HeapPeak() (stop func() uint64) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
