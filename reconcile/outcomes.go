@@ -12,8 +12,16 @@ import (
 )
 
 // DefaultOutcomeGroup is the outcome transactions a worker's concurrent
-// sends keep in flight at once (Resolver.OutcomeGroup).
-const DefaultOutcomeGroup = 2
+// sends keep in flight at once (Resolver.OutcomeGroup, settle worker
+// --outcome-group): none, each outcome commits alone. Shared outcome
+// transactions take commits away (2.2 to 1.5 per settlement paying 2,000
+// at once through a worker) but write each outcome's five or six round
+// trips one after another on one connection, where alone they ran side by
+// side on as many connections: in settle bench on two shared cores e2e
+// settled about half as many per second (BENCHMARKS.md, issue 28). Sending
+// a group's statements in one pipeline is the step that would make them
+// pay.
+const DefaultOutcomeGroup = 0
 
 // maxOutcomeGroup is the most outcomes one shared transaction records.
 const maxOutcomeGroup = 100

@@ -115,6 +115,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.ReplayHorizon, "replay-horizon", c.ReplayHorizon, "refuse events whose occurred_at is older than this (422)")
 	fs.DurationVar(&c.BankKeyTTL, "bank-key-ttl", c.BankKeyTTL, "never re-send an instruction once this long has passed since its first attempt")
 	fs.IntVar(&c.IntakeGroupCommit, "intake-group-commit", c.IntakeGroupCommit, "single requests (POST /v1/settlements) share intake transactions: at most this many run at once, and the requests arriving meanwhile share the next, each with its own answer (0: each request commits alone)")
+	fs.IntVar(&c.OutcomeGroup, "outcome-group", c.OutcomeGroup, "the answers of concurrent sends share the transactions that record them: at most this many run at once, and the answers arriving meanwhile share the next, each under its own savepoint (0: each answer commits alone)")
 	fs.DurationVar(&c.PendingGrace, "pending-grace", c.PendingGrace, "how long a new settlement waits for its send job before the sweep checks it")
 	fs.StringVar(&c.APIToken, "api-token", "", "when set, the API requires \"Authorization: Bearer <token>\" (never logged; at least 16 characters). Prefer SETTLE_API_TOKEN or --api-token-file: a command line is visible to every user in ps")
 	var tokenFile string

@@ -102,6 +102,11 @@ type Config struct {
 	// meanwhile share the next (--intake-group-commit; 0: each commits
 	// alone). See intake.Config.GroupCommit.
 	IntakeGroupCommit int
+	// OutcomeGroup is the transactions recording the answers of concurrent
+	// sends in flight at once; the answers arriving meanwhile share the
+	// next (--outcome-group; 0: each outcome commits alone). See
+	// reconcile.Resolver.OutcomeGroup.
+	OutcomeGroup int
 	// Routes bind the events that name no bank (--route CURRENCY=BANK,
 	// --route default=BANK; SETTLE_ROUTE): by currency, else the default,
 	// else the one bank served. A rule may name a bank this worker does not
@@ -237,6 +242,7 @@ func DefaultConfig() Config {
 		PendingGrace:      intake.DefaultPendingGrace,
 		MaxInflight:       intake.DefaultMaxInflight,
 		IntakeGroupCommit: intake.DefaultGroupCommit,
+		OutcomeGroup:      reconcile.DefaultOutcomeGroup,
 		ShutdownTimeout:   15 * time.Second,
 		BankTimeout:       bankclient.DefaultTimeout,
 		BankAttempts:      bankclient.DefaultRetryPolicy.MaxAttempts,
@@ -300,6 +306,8 @@ func (c Config) Validate() error {
 		return errors.New("--max-inflight must be positive")
 	case c.IntakeGroupCommit < 0:
 		return errors.New("--intake-group-commit must not be negative")
+	case c.OutcomeGroup < 0:
+		return errors.New("--outcome-group must not be negative")
 	case c.BankAttempts < 1:
 		return errors.New("--bank-attempts must be at least 1")
 	case c.BankTimeout <= 0 || c.JobTimeout <= 0 || c.SweepInterval <= 0 || c.RetentionInterval <= 0 || c.RematchInterval < 0 ||
@@ -714,7 +722,7 @@ func (w *Worker) newResolver(b *bankUnit, m *metrics.Metrics) (*reconcile.Resolv
 		Metrics:          m,
 		Logger:           c.Logger.With("bank", b.conn.Name),
 		ClaimGroup:       reconcile.DefaultClaimGroup,
-		OutcomeGroup:     reconcile.DefaultOutcomeGroup,
+		OutcomeGroup:     c.OutcomeGroup,
 	}, nil
 }
 

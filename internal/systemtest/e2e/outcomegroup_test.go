@@ -16,7 +16,7 @@ import (
 
 // TestCrashInOutcomeGroup kills a worker in the middle of a batch of
 // outcomes: its concurrent sends record their answers in shared
-// transactions (the worker's default), and it dies just before, or just
+// transactions (--outcome-group 2), and it dies just before, or just
 // after, its second shared transaction of two or more outcomes commits.
 // Before: every settlement of that batch was claimed and paid at the bank
 // and none has its outcome, so each is left to the lost-answer path; after:
@@ -29,7 +29,7 @@ func TestCrashInOutcomeGroup(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t)
 			b := startBankAs(t, 1, fakebank.Faults{}, settle.Connector.Name)
-			flags := workerFlags(b.url)
+			flags := append(workerFlags(b.url), "--outcome-group", "2")
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point, "SETTLE_CRASH_AFTER=2"}, flags...)
 
 			const batches, size = 10, 40
