@@ -90,7 +90,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ResolveTimeout)
 	defer cancel()
-	res, err := c.resolverOf(ctx, a.id).ResolveOne(ctx, a.id)
+	res, err := c.resolverOf(ctx, a.id).ResolveOne(reconcile.WithSource(ctx, settlement.SourceOperator), a.id)
 	if err == nil && res.Error != "" {
 		// ResolveOne's only error result without an error: no such settlement.
 		c.render(w, r, http.StatusNotFound, "error", sessionOf(r), errorPage{Title: "Not found", Message: fmt.Sprintf("There is no settlement %q. Nothing was done.", a.id)})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/reconcile"
+	"github.com/settle/settle/settlement"
 )
 
 // CallbackPath is the redirect endpoint of the account holders'
@@ -158,7 +159,7 @@ func (c *Console) checkSoon(ctx context.Context, res *reconcile.Resolver, id str
 	if c.cfg.CheckNow != nil {
 		err = c.cfg.CheckNow(ctx, id)
 	} else {
-		_, err = res.Resolve(ctx, id, nil)
+		_, err = res.Resolve(reconcile.WithSource(ctx, settlement.SourceWebhook), id, nil)
 	}
 	if err != nil {
 		// The sweep checks it all the same.

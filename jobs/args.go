@@ -79,6 +79,10 @@ type ReconcileSettlementArgs struct {
 	// job, or the sweep, keeps), so a later hint never rides on a check
 	// scheduled for later.
 	Hint bool `json:"hint,omitempty"`
+	// Sweep marks a check the sweep took over: its transitions record the
+	// sweep as their source (a hint's record the webhook, any other the
+	// worker).
+	Sweep bool `json:"sweep,omitempty"`
 }
 
 // Kind is the River job kind.

@@ -114,7 +114,7 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 			params := make([]river.InsertManyParams, 0, len(due))
 			unique := river.UniqueOpts{ByArgs: true, ByPeriod: w.period}
 			for _, d := range due {
-				var args river.JobArgs = ReconcileSettlementArgs{SettlementID: d.SettlementID}
+				var args river.JobArgs = ReconcileSettlementArgs{SettlementID: d.SettlementID, Sweep: true}
 				if d.NeverAttempted {
 					args = SendInstructionArgs{SettlementID: d.SettlementID}
 				}

@@ -76,8 +76,16 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSett
 	if r == nil {
 		return err
 	}
+	src := settlement.SourceWorker
+	switch {
+	case job.Args.Hint:
+		src = settlement.SourceWebhook
+	case job.Args.Sweep:
+		src = settlement.SourceSweep
+	}
+	rctx := reconcile.WithSource(ctx, src)
 	resolve := func() (reconcile.Outcome, error) {
-		return r.Resolve(ctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
+		return r.Resolve(rctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
 			if !out.Done {
 				return nil // snoozed after the commit
 			}

@@ -91,7 +91,7 @@ func (r *Resolver) ApplyPaid(ctx context.Context, settlementID, source string, l
 		return Outcome{SettlementID: settlementID, From: f.State, State: f.State, Done: true}, nil
 	}
 	d.Reason = source + ": " + d.Reason
-	out, err := r.apply(ctx, f, d, attempt{}, nil)
+	out, err := r.apply(WithSource(ctx, settlement.Source(source)), f, d, attempt{}, nil)
 	out.From = f.State
 	return out, err
 }

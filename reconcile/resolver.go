@@ -587,7 +587,9 @@ func (r *Resolver) search(ctx context.Context, f facts) (Answer, bool, error) {
 // bank's facts, the flag and the next check, then hook. A lost race rolls
 // it back, records the answer alone and reports Done.
 func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, hook TxHook) (Outcome, error) {
-	return r.applyOutcome(ctx, r.prepare(f, d, att, hook))
+	o := r.prepare(f, d, att, hook)
+	o.source = sourceOf(ctx)
+	return r.applyOutcome(ctx, o)
 }
 
 // applyOutcome records a prepared outcome in a transaction of its own.
@@ -638,6 +640,8 @@ type outcome struct {
 	// lostState is the state another process left the settlement in,
 	// when it moved it first (empty when unknown).
 	lostState settlement.State
+	// source is who asked for the decision (WithSource).
+	source settlement.Source
 }
 
 // prepare works out what recording decision d about f means: the outcome
@@ -697,7 +701,7 @@ func (r *Resolver) write(ctx context.Context, tx pgx.Tx, o *outcome) (lost bool,
 	moves := d.Moves(f.State)
 	if moves {
 		err := statemachine.Transition(ctx, tx, statemachine.Change{
-			SettlementID: f.SettlementID, From: f.State, To: d.To, Reason: d.Reason, At: now,
+			SettlementID: f.SettlementID, From: f.State, To: d.To, Reason: d.Reason, At: now, Source: o.source,
 			Set: bankFactsSet(6), SetArgs: facts,
 		})
 		if errors.Is(err, statemachine.ErrLostRace) || errors.Is(err, statemachine.ErrForbidden) {
@@ -979,7 +983,7 @@ func (r *Resolver) ApplyReturn(ctx context.Context, settlementID, source string,
 	if !d.Moves(f.State) && d.Flag == "" {
 		return Outcome{SettlementID: settlementID, From: f.State, State: f.State, Done: true}, nil
 	}
-	out, err := r.apply(ctx, f, d, attempt{}, nil)
+	out, err := r.apply(WithSource(ctx, settlement.Source(source)), f, d, attempt{}, nil)
 	out.From = f.State
 	return out, err
 }

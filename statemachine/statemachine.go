@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,6 +76,9 @@ type Change struct {
 	From, To     settlement.State
 	// Reason is recorded with the transition ("bank accepted", …).
 	Reason string
+	// Source is who moved it (settlement_transitions.source); empty is
+	// settlement.SourceWorker.
+	Source settlement.Source
 	// At is the time of the transition (the injected clock).
 	At time.Time
 	// Set, when not empty, holds the caller's own assignments to the
@@ -103,6 +107,9 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 	if c.At.IsZero() {
 		c.At = time.Now()
 	}
+	if c.Source == "" {
+		c.Source = settlement.SourceWorker
+	}
 	set := ""
 	if c.Set != "" {
 		if ownColumns.MatchString(c.Set) {
@@ -126,10 +133,10 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 				FROM moved
 			) e
 		)`+transitionLedgerSQL[c.To]+`
-		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
-		SELECT settlement_id, $2, $3, $4, $5 FROM moved
+		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at, source)
+		SELECT settlement_id, $2, $3, $4, $5, $`+strconv.Itoa(6+len(c.SetArgs))+` FROM moved
 		RETURNING id`,
-		append([]any{c.SettlementID, string(c.From), string(c.To), c.Reason, c.At}, c.SetArgs...)...).Scan(&id)
+		append(append([]any{c.SettlementID, string(c.From), string(c.To), c.Reason, c.At}, c.SetArgs...), string(c.Source))...).Scan(&id)
 	if err == nil {
 		return nil
 	}
@@ -193,8 +200,8 @@ func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settleme
 				FROM moved
 			) e
 		)`+holdSQL+`
-		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at)
-		SELECT id, NULL, $2, $3, $4 FROM unnest($1::text[]) AS id`,
+		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at, source)
+		SELECT id, NULL, $2, $3, $4, 'intake' FROM unnest($1::text[]) AS id`,
 		settlementIDs, string(settlement.Pending), reason, at)
 	if err != nil {
 		return fmt.Errorf("error recording creation of %d settlements: %w", len(settlementIDs), err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -319,5 +320,41 @@ func TestTransitionSetRewritesTheRowOnce(t *testing.T) {
 	}
 	if n := rowUpdates(t, b.tx); n != 1 {
 		t.Fatalf("a refused Set wrote: %d row versions", n)
+	}
+}
+
+// TestTransitionSource: every transition records who made it: the
+// creation intake, a Change its Source, a Change naming none the worker;
+// a Set's parameters keep their numbers.
+func TestTransitionSource(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	b := setup(t, db)
+	ctx := context.Background()
+	if err := statemachine.Created(ctx, b.tx, "received", time.Now(), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Pending, To: settlement.Sent, Reason: "test",
+		Set: "bank_payment_id = $6", SetArgs: []any{"pay-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed, Reason: "statement: paid",
+		Source: settlement.SourceStatement}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.tx.Query(ctx, `SELECT to_state || ':' || source FROM settlement_transitions WHERE settlement_id = 's1' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"pending:intake", "sent:worker", "confirmed:statement"}; !slices.Equal(got, want) {
+		t.Errorf("transitions %v, want %v", got, want)
+	}
+	var paymentID string
+	if err := b.tx.QueryRow(ctx, `SELECT bank_payment_id FROM settlements WHERE settlement_id = 's1'`).Scan(&paymentID); err != nil || paymentID != "pay-1" {
+		t.Errorf("bank_payment_id %q, %v; want pay-1", paymentID, err)
 	}
 }

@@ -640,6 +640,7 @@ afterwards or does not exist, 2 when the bank or the database is unreachable.`, 
 		}
 		return nil
 	}
+	ctx = reconcile.WithSource(ctx, settlement.SourceOperator)
 	if *all {
 		err = r.ResolveOpen(ctx, pool, add)
 	} else {

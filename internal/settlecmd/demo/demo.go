@@ -571,8 +571,8 @@ func (r *Report) read(ctx context.Context, pool *pgxpool.Pool, bank *bankServer,
 	back := backAtBank(ps)
 	r.Returns = int64(len(back))
 	err = pool.QueryRow(ctx, `SELECT
-		count(*) FILTER (WHERE s.state = 'returned' AND r.reason NOT LIKE 'statement:%'),
-		count(*) FILTER (WHERE s.state = 'returned' AND r.reason LIKE 'statement:%'),
+		count(*) FILTER (WHERE s.state = 'returned' AND r.source <> 'statement'),
+		count(*) FILTER (WHERE s.state = 'returned' AND r.source = 'statement'),
 		count(*) FILTER (WHERE s.state = 'failed' AND coalesce(s.bank_reference, s.settlement_id) = ANY($1)),
 		(SELECT count(*) FROM ledger_movements WHERE kind = 'reversal')
 		FROM settlements s LEFT JOIN settlement_transitions r ON r.settlement_id = s.settlement_id AND r.to_state = 'returned'`,

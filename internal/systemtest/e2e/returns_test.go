@@ -504,7 +504,7 @@ func TestReturnFromEverySourceAtOnceProcesses(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM ledger_movements WHERE kind = 'reversal'),
 		(SELECT count(*) FROM settlement_transitions WHERE to_state = 'returned'),
-		(SELECT count(*) FROM settlement_transitions WHERE to_state = 'returned' AND reason LIKE 'statement:%')`).
+		(SELECT count(*) FROM settlement_transitions WHERE to_state = 'returned' AND source = 'statement')`).
 		Scan(&reversals, &toReturned, &byStatement); err != nil {
 		t.Fatal(err)
 	}
