@@ -65,7 +65,7 @@
 #define D_HAS(d, e) (((d) & (e)) != 0)
 
 /* The capability sets. */
-#define BANK_SETTLE 1 /* bankclient.SettleConnector (settle's own protocol: lookup by our key) */
+#define BANK_SETTLE 1 /* settle.Connector (settle's own protocol: lookup by our key) */
 #define BANK_STRIPE 2 /* bankclient/stripe (by the bank's id, original response replayed, searchable list) */
 #define BANK_OBIE 3 /* bankclient/obie (consent, by the bank's id, current resource replayed, no list) */
 #define BANK_LISTONLY 4 /* internal/sim list-only (only the bank's list can be searched) */

@@ -5,8 +5,10 @@ package checktest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/bankclient"
@@ -38,7 +40,7 @@ func CheckInvariantsAt(t testing.TB, db inspect.Querier, client bankclient.Bank,
 	ctx := context.Background()
 	if client != nil {
 		var err error
-		if e.Payments, err = bankclient.AllPayments(ctx, client); err != nil {
+		if e.Payments, err = readBooks(ctx, client); err != nil {
 			t.Fatalf("error reading the bank's statement: %v", err)
 		}
 		e.CheckBank = true
@@ -49,6 +51,23 @@ func CheckInvariantsAt(t testing.TB, db inspect.Querier, client bankclient.Bank,
 	}
 	if len(v) > 0 {
 		t.Errorf("%d invariant violation(s):\n  %s", len(v), strings.Join(v, "\n  "))
+	}
+}
+
+// readBooks reads the bank's statement, asking again while the bank gives
+// no definitive answer: a test's bank answers 5xx on purpose (its status
+// and list calls too), and one read of many pages, each tried three times,
+// fails now and then. The read asks nothing to be done, so it is asked
+// again, for up to two minutes.
+func readBooks(ctx context.Context, client bankclient.Bank) ([]bankclient.Payment, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ps, err := bankclient.AllPayments(ctx, client)
+		var ae *bankclient.AmbiguousError
+		if err == nil || !errors.As(err, &ae) || time.Now().After(deadline) {
+			return ps, err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
