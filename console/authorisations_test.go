@@ -39,25 +39,8 @@ func TestBrowserAuthorisation(t *testing.T) {
 	// The bank's page waits for the account holder's click.
 	bank, bankURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 1, Profile: "obie", ManualAuthorisation: true,
 		Faults: fakebank.Faults{SettleDelayMS: 200}})
-	_, keyPath, _ := obietest.SigningKey(t)
-	env := []string{bankclient.EnvSigningKeyFile + "=" + keyPath, bankclient.EnvToken + "=tpp-token",
-		obie.EnvTokenKey + "=Y29uc29sZS1icm93c2VyLXRlc3QtdG9rZW4ta2V5ISE="}
-	w := workertest.StartT(t, "w", db.URL, env, append(workerproc.FastFlags(bankURL), "--bank", "obie", "--api-token", token)...)
-	base := w.URL()
-
-	body, _ := json.Marshal(intake.Event{SettlementID: "auth-br-1", AccountID: "acc-1", AmountCents: 4321, Currency: "GBP",
-		Beneficiary: "SortCodeAccountNumber:08080021325698:ACME Ltd"})
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/settlements", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("intake: %d", res.StatusCode)
-	}
+	base := obieWorker(t, db.URL, bankURL, token)
+	submitPayout(t, base, token, "auth-br-1", 4321)
 
 	br := &browser{Browser: browsertest.New(t, browsertest.Options{}), t: t, base: base}
 	br.signIn("alice", token)
@@ -128,25 +111,8 @@ func TestAuthorisationLinkUsesPublicURL(t *testing.T) {
 	const token = "console-public-url-token"
 	db := dbtest.New(t)
 	_, bankURL := fakebanktest.NewServer(t, fakebank.Options{Seed: 2, Profile: "obie", ManualAuthorisation: true})
-	_, keyPath, _ := obietest.SigningKey(t)
-	env := []string{bankclient.EnvSigningKeyFile + "=" + keyPath, bankclient.EnvToken + "=tpp-token",
-		obie.EnvTokenKey + "=Y29uc29sZS1icm93c2VyLXRlc3QtdG9rZW4ta2V5ISE="}
-	w := workertest.StartT(t, "w", db.URL, env, append(workerproc.FastFlags(bankURL), "--bank", "obie", "--api-token", token,
-		"--public-url", "http://localhost/pay")...)
-	base := w.URL()
-	body, _ := json.Marshal(intake.Event{SettlementID: "auth-pub-1", AccountID: "acc-1", AmountCents: 1234, Currency: "GBP",
-		Beneficiary: "SortCodeAccountNumber:08080021325698:ACME Ltd"})
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/settlements", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("intake: %d", res.StatusCode)
-	}
+	base := obieWorker(t, db.URL, bankURL, token, "--public-url", "http://localhost/pay")
+	submitPayout(t, base, token, "auth-pub-1", 1234)
 	linkRE := regexp.MustCompile(`class="authorise-link" href="([^"]+)"`)
 	var link string
 	settletest.Wait(t, "the payment listed for its account holder", func() (bool, string) {
@@ -169,5 +135,35 @@ func TestAuthorisationLinkUsesPublicURL(t *testing.T) {
 	}
 	if got := lu.Query().Get("redirect_uri"); got != "http://localhost/pay/console/authorise/callback" {
 		t.Errorf("redirect_uri %q, want the --public-url's callback", got)
+	}
+}
+
+// obieWorker starts a worker process on the obie bank at bankURL, with the
+// API token token and the extra flags, and returns its URL.
+func obieWorker(t *testing.T, dbURL, bankURL, token string, flags ...string) string {
+	t.Helper()
+	_, keyPath, _ := obietest.SigningKey(t)
+	env := []string{bankclient.EnvSigningKeyFile + "=" + keyPath, bankclient.EnvToken + "=tpp-token",
+		obie.EnvTokenKey + "=Y29uc29sZS1icm93c2VyLXRlc3QtdG9rZW4ta2V5ISE="}
+	args := append(workerproc.FastFlags(bankURL), "--bank", "obie", "--api-token", token)
+	return workertest.StartT(t, "w", dbURL, env, append(args, flags...)...).URL()
+}
+
+// submitPayout posts a sterling payout of amount to a sort-code account and
+// fails t unless it was created.
+func submitPayout(t *testing.T, base, token, id string, amount int64) {
+	t.Helper()
+	body, _ := json.Marshal(intake.Event{SettlementID: id, AccountID: "acc-1", AmountCents: amount, Currency: "GBP",
+		Beneficiary: "SortCodeAccountNumber:08080021325698:ACME Ltd"})
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/settlements", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("intake: %d", res.StatusCode)
 	}
 }

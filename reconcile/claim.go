@@ -160,17 +160,8 @@ func (g *claimGroup) claim(ctx context.Context, id, key string) (time.Time, int6
 func (g *claimGroup) run() {
 	for {
 		g.mu.Lock()
-		var group, rest []*claimWaiter
-		seen := map[string]bool{}
-		for _, w := range g.waiting {
-			if len(group) < maxClaimGroup && !seen[w.id] {
-				seen[w.id] = true
-				group = append(group, w)
-				continue
-			}
-			rest = append(rest, w)
-		}
-		g.waiting = rest
+		var group []*claimWaiter
+		group, g.waiting = takeGroup(g.waiting, maxClaimGroup, func(w *claimWaiter) string { return w.id })
 		if len(group) == 0 {
 			g.running--
 			g.mu.Unlock()
@@ -179,6 +170,22 @@ func (g *claimGroup) run() {
 		g.mu.Unlock()
 		g.commit(group)
 	}
+}
+
+// takeGroup splits waiting into the next group (at most max, one waiter
+// per settlement, in the order they came) and the rest, which waits for a
+// later group.
+func takeGroup[W any](waiting []W, max int, settlementID func(W) string) (group, rest []W) {
+	seen := map[string]bool{}
+	for _, w := range waiting {
+		if id := settlementID(w); len(group) < max && !seen[id] {
+			seen[id] = true
+			group = append(group, w)
+			continue
+		}
+		rest = append(rest, w)
+	}
+	return group, rest
 }
 
 // commit claims group's settlements in one statement and one commit.

@@ -97,18 +97,8 @@ func (g *outcomeGroup) record(ctx context.Context, o *outcome) (Outcome, error) 
 func (g *outcomeGroup) run() {
 	for {
 		g.mu.Lock()
-		var group, rest []*outcomeWaiter
-		seen := map[string]bool{}
-		for _, w := range g.waiting {
-			id := w.o.f.SettlementID
-			if len(group) < maxOutcomeGroup && !seen[id] {
-				seen[id] = true
-				group = append(group, w)
-				continue
-			}
-			rest = append(rest, w)
-		}
-		g.waiting = rest
+		var group []*outcomeWaiter
+		group, g.waiting = takeGroup(g.waiting, maxOutcomeGroup, func(w *outcomeWaiter) string { return w.o.f.SettlementID })
 		if len(group) == 0 {
 			g.running--
 			g.mu.Unlock()
