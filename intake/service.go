@@ -740,6 +740,11 @@ func (s *Service) recordConflicts(ctx context.Context, cs []conflictRecord, now 
 	return nil
 }
 
+// ChecksFunds reports whether intake refuses payouts their account's
+// available balance does not cover (Config.FundsCheck): then the order of
+// an account's payouts decides which are refused.
+func (s *Service) ChecksFunds() bool { return s.funds }
+
 // Ping reports whether the database answers (for /readyz).
 func (s *Service) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -37,6 +37,16 @@ const (
 	// DefaultPauseMax is the longest wait between two probes of the
 	// database during an outage.
 	DefaultPauseMax = 5 * time.Second
+	// DefaultParallel is how many transactions one fetched batch is
+	// recorded in at once (--source-parallel). One transaction is one
+	// database backend: with 1, a worker uses one of the database's cores
+	// however large the batch; 4 kept both cores of the bench's machine
+	// busy (BENCHMARKS.md).
+	DefaultParallel = 4
+	// minPart is the fewest events worth a transaction of their own when a
+	// fetched batch is split: below it the commit, not the work, is the
+	// cost.
+	minPart = 100
 )
 
 // ReasonPoison is the reason of a message rejected after failing
@@ -44,11 +54,13 @@ const (
 const ReasonPoison = "poison"
 
 // Intake is what the loop needs of intake: the batch path with work added
-// to its transaction, and a probe of the database. *intake.Service
-// satisfies it.
+// to its transaction, a probe of the database, and whether it checks
+// funds (then an account's payouts must share a transaction to be decided
+// in one order). *intake.Service satisfies it.
 type Intake interface {
 	SubmitBatchTx(ctx context.Context, evs []intake.Event, inTx intake.InTx) ([]intake.Outcome, error)
 	Ping(ctx context.Context) error
+	ChecksFunds() bool
 }
 
 // Config configures a Loop. Source and Intake are required.
@@ -62,6 +74,10 @@ type Config struct {
 	// BatchSize is the most messages one fetch asks for (default
 	// DefaultBatchSize, at most intake.MaxBatch).
 	BatchSize int
+	// Parallel is the most transactions one fetched batch is recorded in
+	// at once (default DefaultParallel; 1 records a fetch in one
+	// transaction).
+	Parallel int
 	// MaxFailures is how many unexpected failures make a message poison
 	// (default DefaultMaxFailures).
 	MaxFailures int
@@ -82,12 +98,15 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Loop is the one engine loop over a Source: fetch, validate, record in
-// one transaction, commit, acknowledge. It has one batch in work at a
-// time, so that one worker records a stream in its order: the first
-// delivery of a settlement_id decides, later ones are replays of it or
-// conflicts with it. Run it once per Source (two workers on one consumer
-// run two Loops, each with its own adapter).
+// Loop is the one engine loop over a Source: fetch, validate, record,
+// commit, acknowledge. It has one fetched batch in work at a time and
+// records it in up to Config.Parallel transactions at once, split so that
+// the events of one settlement_id, and of one account_id, always share a
+// transaction in their stream order: the first delivery of a
+// settlement_id decides, later ones are replays of it or conflicts with
+// it, and the funds check sees an account's payouts in order. Run it once
+// per Source (two workers on one consumer run two Loops, each with its own
+// adapter).
 type Loop struct {
 	cfg  Config
 	kind string
@@ -113,6 +132,9 @@ func NewLoop(cfg Config) (*Loop, error) {
 		cfg.BatchSize = DefaultBatchSize
 	}
 	cfg.BatchSize = min(cfg.BatchSize, intake.MaxBatch)
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = DefaultParallel
+	}
 	if cfg.MaxFailures <= 0 {
 		cfg.MaxFailures = DefaultMaxFailures
 	}
@@ -258,11 +280,12 @@ type reject struct {
 
 // Handle takes one fetched batch through: validate, record (receipts,
 // replays, conflicts and rejects), commit, acknowledge. While it works the
-// batch's leases are extended. A database outage gives the whole batch
-// back; an unexpected failure of a batch takes its messages one by one, and
+// batch's leases are extended. The batch is split into up to
+// Config.Parallel parts recorded at once, each in its own transaction and
+// acknowledged after its commit (see Loop). A database outage gives a part
+// back; an unexpected failure of a part takes its messages one by one, and
 // a message that fails MaxFailures times is rejected as poison.
 func (l *Loop) Handle(ctx context.Context, msgs []Message) Result {
-	start := time.Now()
 	stop := l.keepLeases(ctx, msgs)
 	defer stop()
 	for _, m := range msgs {
@@ -270,9 +293,37 @@ func (l *Loop) Handle(ctx context.Context, msgs []Message) Result {
 			l.m.SourceRedeliveries.WithLabelValues(l.kind).Inc()
 		}
 	}
+	parts := split(decode(msgs), l.cfg.Parallel, l.cfg.Intake.ChecksFunds())
+	if len(parts) == 1 {
+		return l.handle(ctx, parts[0])
+	}
+	results := make([]Result, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Go(func() { results[i] = l.handle(ctx, p) })
+	}
+	wg.Wait()
+	var res Result
+	for _, r := range results {
+		res.add(r)
+	}
+	return res
+}
 
-	outcomes, err := l.record(ctx, msgs)
+// add counts r into res.
+func (res *Result) add(r Result) {
+	res.Acked += r.Acked
+	res.GivenBack += r.GivenBack
+	res.Outage = res.Outage || r.Outage
+}
+
+// handle records items in one transaction and acknowledges them after
+// its commit, or gives them back, or takes them one by one.
+func (l *Loop) handle(ctx context.Context, items []item) Result {
+	start := time.Now()
+	outcomes, err := l.record(ctx, items)
 	if err == nil {
+		msgs := messages(items)
 		crash.Point(crash.SourceAfterCommit)
 		l.ack(ctx, msgs)
 		crash.Point(crash.SourceAfterAck)
@@ -288,23 +339,20 @@ func (l *Loop) Handle(ctx context.Context, msgs []Message) Result {
 		return Result{Acked: len(msgs)}
 	}
 	if l.outage(ctx, err) {
-		l.log.Warn("database unavailable: batch given back, nothing acknowledged", "messages", len(msgs), "error", err)
-		l.giveBack(ctx, msgs)
-		return Result{GivenBack: len(msgs), Outage: true}
+		l.log.Warn("database unavailable: batch given back, nothing acknowledged", "messages", len(items), "error", err)
+		l.giveBack(ctx, messages(items))
+		return Result{GivenBack: len(items), Outage: true}
 	}
-	if len(msgs) > 1 {
+	if len(items) > 1 {
 		// One message spoiled the batch: find it by taking them one by one.
-		l.log.Warn("batch failed for an unexpected reason; taking its messages one by one", "messages", len(msgs), "error", err)
+		l.log.Warn("batch failed for an unexpected reason; taking its messages one by one", "messages", len(items), "error", err)
 		var res Result
-		for _, m := range msgs {
-			r := l.Handle(ctx, []Message{m})
-			res.Acked += r.Acked
-			res.GivenBack += r.GivenBack
-			res.Outage = res.Outage || r.Outage
+		for _, it := range items {
+			res.add(l.handle(ctx, []item{it}))
 		}
 		return res
 	}
-	return l.failed(ctx, msgs[0], err)
+	return l.failed(ctx, items[0].msg, err)
 }
 
 // failed counts an unexpected failure of message m and gives it back, or
@@ -347,37 +395,35 @@ func (l *Loop) outage(ctx context.Context, err error) bool {
 	return errors.Is(err, intake.ErrUnavailable) || !l.healthy(ctx)
 }
 
-// record validates msgs and records the batch in one transaction: the
-// receipts and replays of the valid events and the rejects, then (as the
-// batch endpoint does) the conflicts in one more. It returns the outcome
-// of each message: created, replayed, conflict, insufficient_funds or
-// rejected. A panic in the
+// record records items in one transaction: the receipts and replays of
+// the valid events and the rejects, then (as the batch endpoint does) the
+// conflicts in one more. It returns the outcome of each item: created,
+// replayed, conflict, insufficient_funds or rejected. A panic in the
 // handling of the batch is an unexpected failure, returned as an error.
-func (l *Loop) record(ctx context.Context, msgs []Message) (outcomes []string, err error) {
+func (l *Loop) record(ctx context.Context, items []item) (outcomes []string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("error handling a batch: panic: %v", r)
 		}
 	}()
-	outcomes = make([]string, len(msgs))
+	outcomes = make([]string, len(items))
 	var rejects []reject
 	var evs []intake.Event
-	var idx []int // the message index of each event
-	for i, m := range msgs {
-		ev, err := intake.DecodeEvent(m.Data)
-		if err != nil {
-			rejects = append(rejects, reject{msg: m, reason: reasonOf(err)})
+	var idx []int // the item index of each event
+	for i, it := range items {
+		if it.err != nil {
+			rejects = append(rejects, reject{msg: it.msg, reason: reasonOf(it.err)})
 			outcomes[i] = "rejected"
 			continue
 		}
-		evs = append(evs, ev)
+		evs = append(evs, it.ev)
 		idx = append(idx, i)
 	}
 	outs, err := l.cfg.Intake.SubmitBatchTx(ctx, evs, func(ctx context.Context, tx pgx.Tx, refused []error) error {
 		all := rejects
 		for j, e := range refused {
 			if e != nil {
-				all = append(all[:len(all):len(all)], reject{msg: msgs[idx[j]], reason: reasonOf(e)})
+				all = append(all[:len(all):len(all)], reject{msg: items[idx[j]].msg, reason: reasonOf(e)})
 			}
 		}
 		if err := l.insertRejects(ctx, tx, all); err != nil {
@@ -402,7 +448,7 @@ func (l *Loop) record(ctx context.Context, msgs []Message) (outcomes []string, e
 		case errors.As(o.Err, &ie):
 			outcomes[i] = "rejected"
 		case o.Err != nil:
-			return nil, fmt.Errorf("error recording message %s: %w", msgs[i].TransportID, o.Err)
+			return nil, fmt.Errorf("error recording message %s: %w", items[i].msg.TransportID, o.Err)
 		case o.Result.Replayed:
 			outcomes[i] = "replayed"
 		default:

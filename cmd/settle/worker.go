@@ -155,7 +155,8 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.Var(&sources, "source", "consume events from this source too (repeatable): nats, sqs:QUEUE_URL or kafka://HOST:PORT[,HOST:PORT…]/TOPIC[?group=G]")
 	names.register(fs, true)
 	fs.IntVar(&c.SourceMaxFailures, "source-max-failures", c.SourceMaxFailures, "unexpected failures after which a message is rejected as poison (kept in intake_rejects)")
-	fs.IntVar(&c.SourceBatch, "source-batch", c.SourceBatch, "messages one fetch of a source asks for (one transaction each)")
+	fs.IntVar(&c.SourceBatch, "source-batch", c.SourceBatch, "messages one fetch of a source asks for")
+	fs.IntVar(&c.SourceParallel, "source-parallel", c.SourceParallel, "transactions one fetch of a source is recorded in at once (the events of one settlement or one account always share one)")
 	fs.Func("events-url", "POST every outcome event to this URL, signed as Standard Webhooks says with SETTLE_EVENTS_SECRET (whsec_<base64>, several comma-separated while rotating); https, or http to loopback; may be repeated (SETTLE_EVENTS_URL: space-separated)", func(v string) error {
 		urls := strings.Fields(v)
 		if len(urls) == 0 {

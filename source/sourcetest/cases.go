@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/metrics"
 	"github.com/settle/settle/source"
 )
@@ -21,6 +24,7 @@ type testCase struct {
 
 var cases = []testCase{
 	{"publish_settle_once", publishSettleOnce},
+	{"parallel_parts", parallelParts},
 	{"redelivery", redelivery},
 	{"lost_ack", lostAck},
 	{"lease_expires_during_slow_batch", leaseExpires},
@@ -106,6 +110,77 @@ func publishSettleOnce(b *bundle) {
 			t.Errorf("settle_source_messages_total{outcome=%q} = %v, want %v", outcome, got, v)
 		}
 	}
+}
+
+// parallelParts hands the loop one large fetched batch of independent
+// events, copies of some (each a message of its own), a conflicting
+// payload and invalid messages: it is recorded in Parallel transactions at
+// once, and every outcome is the one a single transaction gives (the copy
+// and the conflict of a settlement share its transaction, and are a
+// replay and a conflict, never a second settlement), each message
+// acknowledged only after its own transaction committed.
+func parallelParts(b *bundle) {
+	t := b.t
+	const n, dups, parallel = 400, 40, 4
+	for i := range n {
+		ev := Event("par", i)
+		ev.AccountID = fmt.Sprintf("acc-%d", i)
+		b.publishEvent(ev)
+	}
+	for i := range dups {
+		ev := Event("par", i*7)
+		ev.AccountID = fmt.Sprintf("acc-%d", i*7)
+		b.publishEvent(ev)
+	}
+	conflicting := Event("par", 5)
+	conflicting.AccountID = "acc-5"
+	conflicting.AmountCents++
+	b.publishEvent(conflicting)
+	rejected := b.broker.Publish(t, []byte(`{"settlement_id": "x"`))
+	total := n + dups + 2
+
+	// A lease long enough for the fetches of a slow stand-in: the case is
+	// about the parts, not about leases.
+	src := b.open(Options{Name: "parallel", Lease: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var msgs []source.Message
+	for len(msgs) < total {
+		got, err := src.Fetch(ctx, total-len(msgs))
+		if err != nil {
+			t.Fatalf("fetching the batch (%d of %d so far): %v", len(msgs), total, err)
+		}
+		msgs = append(msgs, got...)
+	}
+	in := &counting{Intake: b.svc}
+	l := b.loop(src, in, func(c *source.Config) { c.Parallel = parallel })
+	if res := l.Handle(ctx, msgs); res.Acked != len(msgs) || res.Outage {
+		t.Fatalf("Handle of %d messages: %+v", len(msgs), res)
+	}
+	if got := in.calls.Load(); got != parallel {
+		t.Errorf("the batch of %d was recorded in %d transactions, want %d", len(msgs), got, parallel)
+	}
+	b.drain(time.Minute, b.loop(src, nil, nil))
+
+	b.checkOnce(IDs("par", n))
+	b.checkReplays(dups, 0, "each copy published is a replay")
+	if got := b.count(`SELECT count(*) FROM receipt_conflicts WHERE settlement_id = $1`, conflicting.SettlementID); got != 1 {
+		t.Errorf("conflicts recorded: %d, want 1", got)
+	}
+	if got := b.count(`SELECT count(*) FROM intake_rejects WHERE transport_id = $1`, rejected); got != 1 {
+		t.Errorf("the malformed message's rejects: %d, want 1", got)
+	}
+}
+
+// counting is an intake that counts its batch transactions.
+type counting struct {
+	source.Intake
+	calls atomic.Int64
+}
+
+func (c *counting) SubmitBatchTx(ctx context.Context, evs []intake.Event, inTx intake.InTx) ([]intake.Outcome, error) {
+	c.calls.Add(1)
+	return c.Intake.SubmitBatchTx(ctx, evs, inTx)
 }
 
 // redelivery fetches a batch and gives it back unrecorded: the broker

@@ -57,6 +57,8 @@ func NewLambdaHandler(cfg LambdaConfig) (*LambdaHandler, error) {
 		// failures: Lambda returns it to the queue, whose visibility
 		// timeout is the delay.
 		RetryDelay: time.Second,
+		// One transaction per invocation's batch (DESIGN.md section 18).
+		Parallel: 1,
 	})
 	if err != nil {
 		return nil, err

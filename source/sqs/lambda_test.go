@@ -68,6 +68,7 @@ func newLambdaBundle(t *testing.T, wrap func(*intake.Service, *cutter) intakeAnd
 type intakeAndPing interface {
 	SubmitBatchTx(ctx context.Context, evs []intake.Event, inTx intake.InTx) ([]intake.Outcome, error)
 	Ping(ctx context.Context) error
+	ChecksFunds() bool
 }
 
 // invoke calls the handler with ev and returns the MessageIds it named as

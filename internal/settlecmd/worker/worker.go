@@ -53,6 +53,10 @@ const DefaultListen = "127.0.0.1:8080"
 // which intake and River share (BENCHMARKS.md says how it was chosen).
 const DefaultDBMaxConns = 20
 
+// maxSourceParallel is the most --source-parallel allows: each of a
+// fetch's transactions holds a connection of the pool while it records.
+const maxSourceParallel = 16
+
 // Config is everything the worker is told. DefaultConfig holds the
 // defaults; zero durations and counts are errors, not defaults, so that a
 // flag set to 0 by mistake is refused rather than silently replaced.
@@ -162,6 +166,9 @@ type Config struct {
 	SourceMaxFailures int
 	// SourceBatch is how many messages one fetch of a source asks for.
 	SourceBatch int
+	// SourceParallel is how many transactions one fetch is recorded in
+	// at once.
+	SourceParallel int
 	// SourceLeaseEvery is how often the leases of a source batch in work
 	// are extended (a third of --source-lease; 0: source.DefaultLeaseEvery).
 	SourceLeaseEvery time.Duration
@@ -257,6 +264,7 @@ func DefaultConfig() Config {
 		FetchCooldown:     jobs.DefaultFetchCooldown,
 		SourceMaxFailures: source.DefaultMaxFailures,
 		SourceBatch:       source.DefaultBatchSize,
+		SourceParallel:    source.DefaultParallel,
 		EventsTimeout:     events.DefaultWebhookTimeout,
 		EventsRetryMin:    events.DefaultRetryMin,
 		EventsRetryMax:    events.DefaultRetryMax,
@@ -321,6 +329,8 @@ func (c Config) Validate() error {
 		return errors.New("--source-max-failures must be at least 1")
 	case c.SourceBatch < 1 || c.SourceBatch > intake.MaxBatch:
 		return fmt.Errorf("--source-batch must be between 1 and %d", intake.MaxBatch)
+	case c.SourceParallel < 1 || c.SourceParallel > maxSourceParallel:
+		return fmt.Errorf("--source-parallel must be between 1 and %d", maxSourceParallel)
 	case c.EventsTimeout <= 0 || c.EventsRetryMin <= 0 || c.EventsRetryFor <= 0:
 		return errors.New("--events-timeout, --events-retry-min and --events-retry-for must be positive")
 	case c.EventsRetryMax < c.EventsRetryMin:
@@ -449,6 +459,7 @@ func New(cfg Config) (*Worker, error) {
 			Metrics:       m,
 			Logger:        cfg.Logger,
 			BatchSize:     cfg.SourceBatch,
+			Parallel:      cfg.SourceParallel,
 			MaxFailures:   cfg.SourceMaxFailures,
 			LeaseEvery:    cfg.SourceLeaseEvery,
 			ReplayHorizon: cfg.ReplayHorizon,
