@@ -57,6 +57,27 @@ func PaymentsSince(ctx context.Context, b Bank, since time.Time, limit int) iter
 	return pages(func(after string) (StatementPage, error) { return s.StatementSince(ctx, since, after, limit) })
 }
 
+// ReturnLister is implemented by a Bank that can say, in one call (or a
+// few pages), which of the payments created since a point in time have
+// come back: the return watch then asks the bank about every watched
+// payment at once instead of one payment at a time. A bank that does not
+// serve the list (404, 405) answers an error matching ErrUnsupported;
+// any other error is classified as Statement's are.
+type ReturnLister interface {
+	// ReturnedSince returns one page, after the cursor (empty for the
+	// first), of the payments created at or after since that the bank
+	// now reports as having come back: returned, or (Stripe) failed after
+	// they were paid. limit 0 lets the bank choose.
+	ReturnedSince(ctx context.Context, since time.Time, after string, limit int) (StatementPage, error)
+}
+
+// Returned iterates over every page of l.ReturnedSince(since), limit
+// payments a page. Iteration stops at the first error, which is yielded
+// with a zero Payment: a list that ends in an error is partial.
+func Returned(ctx context.Context, l ReturnLister, since time.Time, limit int) iter.Seq2[Payment, error] {
+	return pages(func(after string) (StatementPage, error) { return l.ReturnedSince(ctx, since, after, limit) })
+}
+
 // SendResult is the bank's acceptance of a payment.
 type SendResult struct {
 	// Payment is the payment as the bank reports it.
@@ -78,6 +99,9 @@ const (
 	// OpSearch is a search of the bank's list for our reference (recorded
 	// in bank_attempts; on the wire it reads the statement).
 	OpSearch = "search"
+	// OpReturns is a page of the bank's list of returned payments
+	// (ReturnLister), read by the return watch.
+	OpReturns = "returns"
 )
 
 // The outcomes of one HTTP attempt, as reported to Options.Observe.

@@ -313,6 +313,7 @@ func (b *Bank) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/payments/by-key/{key}", b.handlePaymentByKey)
 	mux.HandleFunc("GET /v1/payments/{id}", b.handlePaymentByID)
 	mux.HandleFunc("GET /v1/statement", b.handleStatement)
+	mux.HandleFunc("GET /v1/returns", b.handleReturns)
 }
 
 // Start serves the bank on a new listener at addr (for example

@@ -190,14 +190,46 @@ func paymentID(seq int64) string {
 
 // page returns up to limit payments created after the cursor, and the
 // cursor of the next page ("" when no payment follows).
-func (bk *books) page(after string, limit int, now time.Time) (bankclient.StatementPage, error) {
-	var start int64
-	if after != "" {
-		n, err := strconv.ParseInt(after, 10, 64)
-		if err != nil || n < 0 || n > int64(len(bk.payments)) {
-			return bankclient.StatementPage{}, fmt.Errorf("unknown cursor %q", after)
+// cursor is the position in the books a page's cursor names (0 for the
+// empty cursor).
+func (bk *books) cursor(after string) (int64, error) {
+	if after == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(after, 10, 64)
+	if err != nil || n < 0 || n > int64(len(bk.payments)) {
+		return 0, fmt.Errorf("unknown cursor %q", after)
+	}
+	return n, nil
+}
+
+// returnedPage is one page of the payments created at or after since
+// that are returned at now, after the cursor (a position in the books, as
+// page's): the next cursor is where the scan stopped.
+func (bk *books) returnedPage(since time.Time, after string, limit int, now time.Time) (bankclient.StatementPage, error) {
+	start, err := bk.cursor(after)
+	if err != nil {
+		return bankclient.StatementPage{}, err
+	}
+	pg := bankclient.StatementPage{Payments: []bankclient.Payment{}}
+	for i := start; i < int64(len(bk.payments)); i++ {
+		p := bk.payments[i]
+		if p.CreatedAt.Before(since) || !p.returnedAt(now) {
+			continue
 		}
-		start = n
+		if len(pg.Payments) == limit {
+			pg.Next = strconv.FormatInt(i, 10)
+			break
+		}
+		pg.Payments = append(pg.Payments, p.view(now))
+	}
+	return pg, nil
+}
+
+func (bk *books) page(after string, limit int, now time.Time) (bankclient.StatementPage, error) {
+	start, err := bk.cursor(after)
+	if err != nil {
+		return bankclient.StatementPage{}, err
 	}
 	end := min(start+int64(limit), int64(len(bk.payments)))
 	pg := bankclient.StatementPage{Payments: make([]bankclient.Payment, 0, end-start)}

@@ -12,13 +12,7 @@ import (
 // addition to the protocol of DESIGN.md section 7). It has the faults of a
 // status call.
 func (b *Bank) handlePaymentByID(w http.ResponseWriter, r *http.Request) {
-	f := b.Faults()
-	if !b.sleep(r.Context(), b.latency(f.LatencyMinMS, f.LatencyMaxMS)) {
-		writeError(w, http.StatusServiceUnavailable, errorCodeUnavailable, "request cancelled")
-		return
-	}
-	if b.chance(f.StatusErrorRate) {
-		writeError(w, http.StatusServiceUnavailable, errorCodeUnavailable, "simulated by status_error_rate")
+	if !b.statusFaults(w, r) {
 		return
 	}
 	p, ok := b.byID(r.PathValue("id"))

@@ -178,15 +178,9 @@ func (b *Bank) handleStatement(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	limit := DefaultStatementLimit
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxStatementLimit {
-			writeError(w, http.StatusBadRequest, errorCodeBadRequest,
-				fmt.Sprintf("limit must be an integer from 1 to %d", MaxStatementLimit))
-			return
-		}
-		limit = n
+	limit, ok := pageLimit(w, q.Get("limit"))
+	if !ok {
+		return
 	}
 	pg, err := b.statement(q.Get("after"), limit)
 	if err != nil {
@@ -194,6 +188,66 @@ func (b *Bank) handleStatement(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, pg)
+}
+
+// handleReturns serves GET /v1/returns?since=&after=&limit=, an optional
+// endpoint of the protocol: the payments created at or after since (RFC
+// 3339; absent: all) that are returned now, a page at a time, with the
+// statement's cursor. Status calls' faults apply to it.
+func (b *Bank) handleReturns(w http.ResponseWriter, r *http.Request) {
+	if !b.statusFaults(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	limit, ok := pageLimit(w, q.Get("limit"))
+	if !ok {
+		return
+	}
+	var since time.Time
+	if s := q.Get("since"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, errorCodeBadRequest, "since must be an RFC 3339 time")
+			return
+		}
+		since = t
+	}
+	pg, err := b.returned(since, q.Get("after"), limit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, errorCodeBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, pg)
+}
+
+// pageLimit reads a page's limit (DefaultStatementLimit when s is empty);
+// ok is false once it has answered 400.
+func pageLimit(w http.ResponseWriter, s string) (limit int, ok bool) {
+	if s == "" {
+		return DefaultStatementLimit, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxStatementLimit {
+		writeError(w, http.StatusBadRequest, errorCodeBadRequest,
+			fmt.Sprintf("limit must be an integer from 1 to %d", MaxStatementLimit))
+		return 0, false
+	}
+	return n, true
+}
+
+// statusFaults plays a status call's faults (latency, status_error_rate);
+// ok is false once it has answered for them.
+func (b *Bank) statusFaults(w http.ResponseWriter, r *http.Request) (ok bool) {
+	f := b.Faults()
+	if !b.sleep(r.Context(), b.latency(f.LatencyMinMS, f.LatencyMaxMS)) {
+		writeError(w, http.StatusServiceUnavailable, errorCodeUnavailable, "request cancelled")
+		return false
+	}
+	if b.chance(f.StatusErrorRate) {
+		writeError(w, http.StatusServiceUnavailable, errorCodeUnavailable, "simulated by status_error_rate")
+		return false
+	}
+	return true
 }
 
 func (b *Bank) handleGetFaults(w http.ResponseWriter, _ *http.Request) {

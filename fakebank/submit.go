@@ -185,3 +185,11 @@ func (b *Bank) statement(after string, limit int) (bankclient.StatementPage, err
 	defer b.mu.Unlock()
 	return b.books.page(after, limit, b.now().UTC())
 }
+
+// returned is one page of the payments created at or after since that are
+// returned now (GET /v1/returns).
+func (b *Bank) returned(since time.Time, after string, limit int) (bankclient.StatementPage, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.books.returnedPage(since, after, limit, b.now().UTC())
+}

@@ -69,6 +69,11 @@ type Deps struct {
 	// RematchInterval is how often the statement lines without a match
 	// are examined again (RematchWorker).
 	RematchInterval time.Duration
+	// WatchInterval is the period of the return watch's rounds, for the
+	// Resolvers that watch in bulk (reconcile.Resolver.WatchInBulk).
+	// Default: the shortest MaxCheckInterval of the Resolvers (at least a
+	// second).
+	WatchInterval time.Duration
 	// ReplayHorizon is --replay-horizon: receipts older than this, of
 	// terminal settlements, are deleted.
 	ReplayHorizon time.Duration
@@ -216,6 +221,8 @@ func NewWorkers(deps Deps) *river.Workers {
 	river.AddWorker(workers, &SweepWorker{pool: d.Pool, now: d.Now, lease: lease(d), period: uniquePeriod(d), batch: d.SweepBatch, logger: d.Logger, served: d.Banks()})
 	river.AddWorker(workers, &RetentionWorker{pool: d.Pool, now: d.Now, horizon: d.ReplayHorizon, batch: 1000, logger: d.Logger})
 	river.AddWorker(workers, &RematchWorker{pool: d.Pool, now: d.Now, logger: d.Logger})
+	river.AddWorker(workers, &ReturnWatchWorker{pool: d.Pool, period: watchPeriod(d), served: d.Banks()})
+	river.AddWorker(workers, &WatchReturnsWorker{router: rt, period: watchPeriod(d), timeout: d.JobTimeout, logger: d.Logger})
 	return workers
 }
 
@@ -240,8 +247,8 @@ func lease(d Deps) time.Duration {
 	return l
 }
 
-// PeriodicJobs returns the sweep, retention and statement_rematch periodic
-// jobs. Configure them
+// PeriodicJobs returns the sweep, retention, statement_rematch and
+// return_watch periodic jobs. Configure them
 // on every worker process: River enqueues them from the elected leader only,
 // so whichever process leads runs them. They are not unique: a second run
 // after a change of leader is harmless (the sweep claims rows with SKIP
@@ -258,6 +265,9 @@ func PeriodicJobs(deps Deps) []*river.PeriodicJob {
 		river.NewPeriodicJob(river.PeriodicInterval(d.RematchInterval), func() (river.JobArgs, *river.InsertOpts) {
 			return RematchArgs{}, nil
 		}, &river.PeriodicJobOpts{ID: "statement_rematch", RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(watchPeriod(d)), func() (river.JobArgs, *river.InsertOpts) {
+			return ReturnWatchArgs{}, nil
+		}, &river.PeriodicJobOpts{ID: "return_watch", RunOnStart: true}),
 	}
 }
 

@@ -93,15 +93,10 @@ type SweepWorker struct {
 
 // Work sweeps.
 func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error {
-	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	client, banks, err := clientAndBanks(ctx, w.pool, w.served)
 	if err != nil {
 		return fmt.Errorf("error sweeping: %w", err)
 	}
-	live, err := inspect.LiveBanks(ctx, w.pool)
-	if err != nil {
-		return fmt.Errorf("error sweeping: %w", err)
-	}
-	banks := append(slices.Clone(w.served), live...)
 	total := map[string]int{}
 	for {
 		now := w.now()
@@ -146,6 +141,21 @@ func (w *SweepWorker) Work(ctx context.Context, job *river.Job[SweepArgs]) error
 			slog.Int(ReconcileSettlementArgs{}.Kind(), total[ReconcileSettlementArgs{}.Kind()]))
 	}
 	return nil
+}
+
+// clientAndBanks is the River client of a job's ctx and the banks a
+// maintenance job works for: those served, and those another worker
+// serves now (inspect.LiveBanks), each once.
+func clientAndBanks(ctx context.Context, pool *pgxpool.Pool, served []string) (*river.Client[pgx.Tx], []string, error) {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	live, err := inspect.LiveBanks(ctx, pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(served), live...)))), nil
 }
 
 // RetentionWorker works retention: it deletes, in batches, the outcome

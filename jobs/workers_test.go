@@ -337,8 +337,35 @@ func TestRateLimitStormSlowsButNeverFails(t *testing.T) {
 // ends returned with exactly one reversal, the others confirmed.
 func TestReturnsFoundByTheWatch(t *testing.T) {
 	t.Parallel()
+	returnsFoundByTheWatch(t, false)
+}
+
+// TestReturnsFoundByTheWatchInRounds is TestReturnsFoundByTheWatch with
+// the watch in rounds (reconcile.Resolver.WatchInBulk): the bank's list of
+// returns, asked once a round, finds each return, and no confirmed
+// settlement has a check of its own scheduled.
+func TestReturnsFoundByTheWatchInRounds(t *testing.T) {
+	t.Parallel()
+	b := returnsFoundByTheWatch(t, true)
+	ctx := context.Background()
+	var scheduled, rounds int
+	if err := b.db.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM settlements WHERE state = 'confirmed' AND next_check_at IS NOT NULL),
+		(SELECT count(*) FROM river_job WHERE kind = 'watch_returns' AND state = 'completed')`).Scan(&scheduled, &rounds); err != nil {
+		t.Fatal(err)
+	}
+	if scheduled != 0 || rounds == 0 {
+		t.Errorf("%d confirmed settlements with a check of their own, %d watch rounds completed; want none and some", scheduled, rounds)
+	}
+}
+
+// returnsFoundByTheWatch runs TestReturnsFoundByTheWatch, the watch in
+// rounds when inRounds.
+func returnsFoundByTheWatch(t *testing.T, inRounds bool) *testBundle {
 	b := setup(t, fakebank.Faults{ReturnRate: 0.5, ReturnAfterMS: 300, SettleDelayMS: 20}, true, func(d *Deps) {
 		d.Resolver.ReturnWatch = time.Hour
+		d.Resolver.WatchInBulk = inRounds
+		d.WatchInterval = time.Second
 	})
 	const n = 16
 	for i := range n {
@@ -389,6 +416,7 @@ func TestReturnsFoundByTheWatch(t *testing.T) {
 		t.Errorf("%d reversals for %d returned settlements", reversals, returned)
 	}
 	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
+	return b
 }
 
 // TestCheckNowAsksAfterTheHint: a webhook's hint must make the bank be

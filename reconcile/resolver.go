@@ -73,6 +73,15 @@ type Resolver struct {
 	// ReturnWatch is how long after confirmation the bank is still asked
 	// whether the payment came back (--return-watch); 0 never asks.
 	ReturnWatch time.Duration
+	// WatchInBulk, when true, watches the confirmed settlements for
+	// returns in rounds (Watch, run by the bank's watch job) instead of
+	// with a check of their own: a confirmation schedules no check (no
+	// next_check_at, no job follows it), and a round asks the bank about
+	// all of them at once where it lists its returns, else one by one on
+	// the schedule their own checks would have kept, writing only what a
+	// return changes. False: each confirmed settlement's own check asks,
+	// and records every answer.
+	WatchInBulk bool
 	// RequestBound is the longest from deciding a request to its arrival at
 	// the bank (Policy.RequestBound). Default DefaultRequestBound. (A
 	// negative bound is a bug that only the simulation plants.)
@@ -655,9 +664,10 @@ func (r *Resolver) prepare(f facts, d Decision, att attempt, hook TxHook) *outco
 	case d.Definitive || d.To.Terminal():
 		flagReason = ""
 	}
-	if d.To == settlement.Confirmed && flagReason == "" {
+	if d.To == settlement.Confirmed && flagReason == "" && !r.WatchInBulk {
 		// Confirmed is final for the instruction, not for the money: during
-		// the return watch the sweep asks the bank again, ever less often.
+		// the return watch the sweep asks the bank again, ever less often
+		// (with WatchInBulk, the watch rounds do, and it schedules nothing).
 		fc := f.Facts
 		if fc.ConfirmedAt.IsZero() {
 			fc.ConfirmedAt = now

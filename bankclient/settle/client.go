@@ -176,14 +176,7 @@ func (c *Client) Statement(ctx context.Context, after string, limit int) (bankcl
 	if limit < 0 {
 		return bankclient.StatementPage{}, fmt.Errorf("error reading statement: negative limit %d", limit)
 	}
-	q := url.Values{}
-	if after != "" {
-		q.Set("after", after)
-	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-	u := c.endpoint("/v1/statement", q)
+	u := c.endpoint("/v1/statement", pageQuery(url.Values{}, after, limit))
 	page, err := call(ctx, c, bankclient.OpStatement, "", func(actx context.Context) (bankclient.StatementPage, string, error) {
 		a, err := c.roundTrip(actx, http.MethodGet, u, "", nil)
 		if err != nil {
@@ -195,6 +188,54 @@ func (c *Client) Statement(ctx context.Context, after string, limit int) (bankcl
 		return bankclient.StatementPage{}, fmt.Errorf("error reading statement: %w", err)
 	}
 	return page, nil
+}
+
+// ReturnedSince implements bankclient.ReturnLister: GET
+// /v1/returns?since=&after=&limit=, an optional endpoint of the protocol
+// (the fakebank serves it). A bank without it answers 404 or 405, an
+// error matching bankclient.ErrUnsupported: the return watch then asks
+// payment by payment.
+func (c *Client) ReturnedSince(ctx context.Context, since time.Time, after string, limit int) (bankclient.StatementPage, error) {
+	if limit < 0 {
+		return bankclient.StatementPage{}, fmt.Errorf("error listing returned payments: negative limit %d", limit)
+	}
+	q := url.Values{}
+	if !since.IsZero() {
+		q.Set("since", since.UTC().Format(time.RFC3339Nano))
+	}
+	u := c.endpoint("/v1/returns", pageQuery(q, after, limit))
+	page, err := call(ctx, c, bankclient.OpReturns, "", func(actx context.Context) (bankclient.StatementPage, string, error) {
+		a, err := c.roundTrip(actx, http.MethodGet, u, "", nil)
+		if err != nil {
+			return bankclient.StatementPage{}, bankclient.OutcomeAmbiguous, err
+		}
+		if a.status == http.StatusNotFound || a.status == http.StatusMethodNotAllowed {
+			return bankclient.StatementPage{}, bankclient.OutcomeNotFound,
+				fmt.Errorf("%w: list of returned payments (HTTP %d)", bankclient.ErrUnsupported, a.status)
+		}
+		return classifyStatement(a)
+	})
+	if err != nil {
+		return bankclient.StatementPage{}, fmt.Errorf("error listing returned payments: %w", err)
+	}
+	for _, p := range page.Payments {
+		if p.Status != bankclient.StatusReturned {
+			return bankclient.StatementPage{}, &bankclient.AmbiguousError{Op: bankclient.OpReturns, StatusCode: http.StatusOK, Attempts: 1,
+				Err: fmt.Errorf("%w: payment %s in the list of returns is %s", bankclient.ErrMalformedResponse, p.ID, p.Status)}
+		}
+	}
+	return page, nil
+}
+
+// pageQuery adds a page's cursor and limit (when set) to q.
+func pageQuery(q url.Values, after string, limit int) url.Values {
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	return q
 }
 
 // endpoint joins an escaped path and a query to the base URL.

@@ -206,7 +206,7 @@ const MaxListLimit = 100
 // newest first, after the payout id after (Stripe's starting_after); limit
 // is capped at MaxListLimit.
 func (c *Client) Statement(ctx context.Context, after string, limit int) (bankclient.StatementPage, error) {
-	return c.list(ctx, time.Time{}, after, limit)
+	return c.list(ctx, time.Time{}, "", after, limit)
 }
 
 // StatementSince is Statement restricted to the payouts created at or after
@@ -214,12 +214,22 @@ func (c *Client) Statement(ctx context.Context, after string, limit int) (bankcl
 // newest first, so a search after a lost answer reads the payouts of the
 // last hours, not the account's whole history.
 func (c *Client) StatementSince(ctx context.Context, since time.Time, after string, limit int) (bankclient.StatementPage, error) {
-	return c.list(ctx, since, after, limit)
+	return c.list(ctx, since, "", after, limit)
+}
+
+// ReturnedSince implements bankclient.ReturnLister: the payouts created at
+// or after since whose status is failed now (GET /v1/payouts with
+// status=failed). A payout of a confirmed settlement was paid, so failed
+// is its return (Capabilities.FailedAfterSettledIsReturn); the others
+// (failed without ever being paid) are no settlement's return, and the
+// watch passes over them.
+func (c *Client) ReturnedSince(ctx context.Context, since time.Time, after string, limit int) (bankclient.StatementPage, error) {
+	return c.list(ctx, since, string(stripe.PayoutStatusFailed), after, limit)
 }
 
 // list reads one page of the payout list, created at or after since when
-// since is not zero.
-func (c *Client) list(ctx context.Context, since time.Time, after string, limit int) (bankclient.StatementPage, error) {
+// since is not zero, of that status when status is not empty.
+func (c *Client) list(ctx context.Context, since time.Time, status, after string, limit int) (bankclient.StatementPage, error) {
 	if limit < 0 {
 		return bankclient.StatementPage{}, fmt.Errorf("error listing payouts: negative limit %d", limit)
 	}
@@ -235,6 +245,9 @@ func (c *Client) list(ctx context.Context, since time.Time, after string, limit 
 		}
 		if !since.IsZero() {
 			params.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}
+		}
+		if status != "" {
+			params.Status = stripe.String(status)
 		}
 		if c.account != "" {
 			params.StripeAccount = stripe.String(c.account)

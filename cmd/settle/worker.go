@@ -106,6 +106,8 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	})
 	fs.DurationVar(&c.ConsentWait, "consent-wait", c.ConsentWait, "how long a payment's consent may await the customer's authorisation before the settlement is flagged consent_expired (banks that need consents: obie)")
 	fs.DurationVar(&c.ReturnWatch, "return-watch", 0, "how long after confirmation the bank is still asked whether a payment came back (default: the connector's; settle's is 168h)")
+	fs.BoolVar(&c.ReturnWatchRounds, "return-watch-rounds", c.ReturnWatchRounds, "watch confirmed settlements for returns in rounds: all at once where the bank lists its returns, else one by one, writing only what a return changes (false: a check of its own for each)")
+	fs.DurationVar(&c.ReturnWatchInterval, "return-watch-interval", 0, "period of the return watch's rounds (default: --max-check-interval)")
 	var insecureHTTP bool
 	fs.BoolVar(&insecureHTTP, "bank-insecure-http", false, "allow plain http to a bank that is not on this machine (refused otherwise: anyone on the path could answer \"settled\"); never with a credential; logged loudly")
 	fs.Float64Var(&c.BankRate, "bank-rate", 0, "bank requests a second from this process, at most (0: no cap); each worker process has its own")

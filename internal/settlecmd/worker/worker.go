@@ -91,6 +91,16 @@ type Config struct {
 	// whether a payment came back (--return-watch); 0 takes the
 	// connector's default.
 	ReturnWatch time.Duration
+	// ReturnWatchRounds watches the confirmed settlements for returns in
+	// rounds (--return-watch-rounds, default true): each round asks the
+	// bank about all of them at once where it lists its returns, else one
+	// by one on the schedule their own checks kept, and writes only what a
+	// return changes (reconcile.Resolver.WatchInBulk). False: each has a
+	// check of its own, which records every answer.
+	ReturnWatchRounds bool
+	// ReturnWatchInterval is the period of those rounds
+	// (--return-watch-interval); 0: MaxCheckInterval.
+	ReturnWatchInterval time.Duration
 	// ConsentWait is how long a payment's consent may await the customer's
 	// authorisation before the settlement is flagged (--consent-wait; banks
 	// whose payments need a consent, such as obie).
@@ -246,6 +256,7 @@ func DefaultConfig() Config {
 		ReplayHorizon:     intake.DefaultReplayHorizon,
 		BankKeyTTL:        reconcile.DefaultKeyTTL,
 		ConsentWait:       reconcile.DefaultConsentWait,
+		ReturnWatchRounds: true,
 		PendingGrace:      intake.DefaultPendingGrace,
 		MaxInflight:       intake.DefaultMaxInflight,
 		IntakeGroupCommit: intake.DefaultGroupCommit,
@@ -302,6 +313,8 @@ func (c Config) Validate() error {
 		return errors.New("--bank-rate must not be negative")
 	case c.ReturnWatch < 0:
 		return errors.New("--return-watch must not be negative")
+	case c.ReturnWatchInterval < 0:
+		return errors.New("--return-watch-interval must not be negative")
 	case c.ConsentWait < 0:
 		return errors.New("--consent-wait must not be negative")
 	case c.ReplayHorizon <= 0:
@@ -659,6 +672,7 @@ func (w *Worker) riverConfig(m *metrics.Metrics) (*river.Config, error) {
 		SweepInterval:     c.SweepInterval,
 		RetentionInterval: c.RetentionInterval,
 		RematchInterval:   c.RematchInterval,
+		WatchInterval:     c.ReturnWatchInterval,
 		ReplayHorizon:     c.ReplayHorizon,
 		JobTimeout:        c.JobTimeout,
 		RescueAfter:       c.RescueAfter,
@@ -720,6 +734,7 @@ func (w *Worker) newResolver(b *bankUnit, m *metrics.Metrics) (*reconcile.Resolv
 	return &reconcile.Resolver{
 		BankName:         b.conn.Name,
 		ReturnWatch:      returnWatch,
+		WatchInBulk:      c.ReturnWatchRounds,
 		ConsentWait:      c.ConsentWait,
 		RequestBound:     c.JobTimeout + time.Duration(c.BankAttempts)*c.BankTimeout,
 		DB:               c.Pool,
