@@ -16,6 +16,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,6 +63,35 @@ func (SendInstructionArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueBank}
 }
 
+// SendBatchArgs sends the payment instructions of several settlements of
+// one bank: what SendInstructionArgs does for each, with one job for all.
+// Intake inserts it, on the queue of their bank, in the transaction that
+// creates them, when one intake creates several settlements of a bank
+// (Inserter.SendBatch). Its worker claims them together (their claims share
+// transactions), calls the bank for them concurrently within the bank
+// concurrency, and records each answer as a send_instruction would, so a
+// settlement of a batch keeps every rule and crash point of one sent alone:
+// a crash between its claim and its outcome leaves it to the lost-answer
+// path, and a batch run again sends only what is still claimable.
+type SendBatchArgs struct {
+	SettlementIDs []string `json:"settlement_ids"`
+}
+
+// Kind is the River job kind.
+func (SendBatchArgs) Kind() string { return "send_batch" }
+
+// InsertOpts puts the job on the bank queue.
+func (SendBatchArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueBank}
+}
+
+// MaxSendBatch is the most settlements one send_batch job carries.
+const MaxSendBatch = 100
+
+// DefaultSendBatch is the settlements a worker's intake puts in one send job
+// (settle worker --send-batch).
+const DefaultSendBatch = MaxSendBatch
+
 // ReconcileSettlementArgs asks the bank for a settlement's status by key and
 // applies the answer.
 type ReconcileSettlementArgs struct {
@@ -98,22 +128,60 @@ func (ReconcileSettlementArgs) InsertOpts() river.InsertOpts {
 // and its first job commit together.
 type Inserter struct {
 	Client *river.Client[pgx.Tx]
+	// SendBatch is the most new settlements of one bank that share a
+	// send_batch job (at most MaxSendBatch). 0 or 1: a send_instruction job
+	// per settlement, which is also what a batch of one gets (and what a
+	// worker of before send_batch existed can work: see README, upgrading).
+	SendBatch int
 }
 
-// InsertSendTx inserts one send_instruction job per settlement in tx.
+// InsertSendTx inserts the send jobs of new settlements in tx: with
+// SendBatch above 1, one send_batch job per SendBatch settlements of a
+// bank, in the order given; else, and for a settlement alone of its bank,
+// one send_instruction job per settlement.
 func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, sends []intake.SendJob) error {
 	if len(sends) == 0 {
 		return nil
 	}
-	params := make([]river.InsertManyParams, len(sends))
-	for i, j := range sends {
-		params[i] = river.InsertManyParams{Args: SendInstructionArgs{SettlementID: j.SettlementID},
-			InsertOpts: &river.InsertOpts{Queue: QueueFor(j.Bank)}}
+	params := make([]river.InsertManyParams, 0, len(sends))
+	for _, chunk := range sendChunks(sends, min(in.SendBatch, MaxSendBatch)) {
+		opts := &river.InsertOpts{Queue: QueueFor(chunk[0].Bank)}
+		if len(chunk) == 1 {
+			params = append(params, river.InsertManyParams{Args: SendInstructionArgs{SettlementID: chunk[0].SettlementID}, InsertOpts: opts})
+			continue
+		}
+		ids := make([]string, len(chunk))
+		for i, j := range chunk {
+			ids[i] = j.SettlementID
+		}
+		params = append(params, river.InsertManyParams{Args: SendBatchArgs{SettlementIDs: ids}, InsertOpts: opts})
 	}
 	if _, err := in.Client.InsertManyFastTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("error inserting send_instruction jobs: %w", err)
+		return fmt.Errorf("error inserting send jobs: %w", err)
 	}
 	return nil
+}
+
+// sendChunks splits sends by bank (banks in the order they first appear,
+// settlements in theirs) into chunks of at most size (one each when size is
+// below 2).
+func sendChunks(sends []intake.SendJob, size int) [][]intake.SendJob {
+	size = max(size, 1)
+	var banks []string
+	byBank := map[string][]intake.SendJob{}
+	for _, j := range sends {
+		if _, ok := byBank[j.Bank]; !ok {
+			banks = append(banks, j.Bank)
+		}
+		byBank[j.Bank] = append(byBank[j.Bank], j)
+	}
+	var chunks [][]intake.SendJob
+	for _, bank := range banks {
+		for c := range slices.Chunk(byBank[bank], size) {
+			chunks = append(chunks, c)
+		}
+	}
+	return chunks
 }
 
 // CheckNow makes the bank be asked about settlementID after now, on the

@@ -24,6 +24,23 @@ type bankRouter struct {
 	resolvers map[string]*reconcile.Resolver
 	metrics   *metrics.Metrics
 	logger    *slog.Logger
+	// slots holds, per bank served, a token for each bank call in flight
+	// (Deps.BankConcurrency): the sends of batches and the jobs of one
+	// settlement share them, so a process never calls a bank more often at
+	// once than its concurrency, whatever the jobs carry.
+	slots map[string]chan struct{}
+}
+
+// acquire waits for a slot of bank's concurrency and returns its release,
+// or ctx's error.
+func (rt *bankRouter) acquire(ctx context.Context, bank string) (release func(), err error) {
+	slots := rt.slots[bank]
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("error waiting for a bank slot of %s: %w", bank, ctx.Err())
+	}
 }
 
 // resolverFor returns the Resolver of job's queue's bank. A job on a queue
@@ -78,6 +95,26 @@ func move[T river.JobArgs](ctx context.Context, rt *bankRouter, job *river.Job[T
 	})
 	if err != nil {
 		return fmt.Errorf("error moving job %d to %s: %w", job.ID, QueueFor(bank), err)
+	}
+	return nil
+}
+
+// refuseOne answers a settlement of a send_batch job that its Resolver
+// refused as another bank's: loudly, as refuse does, and the settlement is
+// handed alone to a send_instruction job on its bank's queue. Nothing was
+// sent; the rest of the batch goes on.
+func refuseOne(ctx context.Context, rt *bankRouter, job *river.Job[SendBatchArgs], wb *reconcile.WrongBankError) error {
+	served, _ := BankOfQueue(job.Queue)
+	rt.metrics.WrongBankJobs.WithLabelValues(served).Inc()
+	rt.logger.LogAttrs(ctx, slog.LevelError, "send refused: its settlement belongs to another bank; nothing sent, handed to that bank's queue",
+		slog.Int64("job_id", job.ID), slog.String("kind", job.Kind), slog.String("settlement_id", wb.SettlementID),
+		slog.String("settlement_bank", wb.Bank), slog.String("queue", job.Queue), slog.String("to_queue", QueueFor(wb.Bank)))
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err == nil {
+		_, err = client.Insert(ctx, SendInstructionArgs{SettlementID: wb.SettlementID}, &river.InsertOpts{Queue: QueueFor(wb.Bank)})
+	}
+	if err != nil {
+		return fmt.Errorf("error handing settlement %s to %s: %w", wb.SettlementID, QueueFor(wb.Bank), err)
 	}
 	return nil
 }

@@ -54,7 +54,8 @@ type Deps struct {
 	Logger *slog.Logger
 
 	// BankConcurrency is how many bank jobs (send, reconcile) one process
-	// runs at once.
+	// runs at once, and how many bank calls it has in flight for each bank:
+	// the sends of a send_batch job count one each.
 	BankConcurrency int
 	// MaintenanceConcurrency is how many sweep/retention jobs run at once.
 	MaintenanceConcurrency int
@@ -212,11 +213,14 @@ func (d Deps) Banks() []string {
 func NewWorkers(deps Deps) *river.Workers {
 	d := deps.withDefaults()
 	workers := river.NewWorkers()
-	rt := &bankRouter{pool: d.Pool, resolvers: map[string]*reconcile.Resolver{}, metrics: d.Metrics, logger: d.Logger}
+	rt := &bankRouter{pool: d.Pool, resolvers: map[string]*reconcile.Resolver{}, metrics: d.Metrics, logger: d.Logger,
+		slots: map[string]chan struct{}{}}
 	for _, r := range d.Resolvers {
 		rt.resolvers[bankOf(r)] = r
+		rt.slots[bankOf(r)] = make(chan struct{}, d.BankConcurrency)
 	}
 	river.AddWorker(workers, &SendWorker{router: rt, logger: d.Logger, now: d.Now})
+	river.AddWorker(workers, &SendBatchWorker{router: rt, logger: d.Logger, now: d.Now})
 	river.AddWorker(workers, &ReconcileWorker{router: rt, logger: d.Logger, now: d.Now})
 	river.AddWorker(workers, &SweepWorker{pool: d.Pool, now: d.Now, lease: lease(d), period: uniquePeriod(d), batch: d.SweepBatch, logger: d.Logger, served: d.Banks()})
 	river.AddWorker(workers, &RetentionWorker{pool: d.Pool, now: d.Now, horizon: d.ReplayHorizon, batch: 1000, logger: d.Logger})

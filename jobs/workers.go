@@ -34,6 +34,11 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendInstructionArg
 	if r == nil {
 		return err
 	}
+	release, err := w.router.acquire(ctx, bankOf(r))
+	if err != nil {
+		return err
+	}
+	defer release()
 	_, err = r.Send(ctx, id, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
 		if !out.Done && !out.NextCheckAt.IsZero() {
 			if err := insertReconcileTx(ctx, tx, id, job.Queue, out.NextCheckAt); err != nil {
@@ -76,6 +81,11 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSett
 	if r == nil {
 		return err
 	}
+	release, err := w.router.acquire(ctx, bankOf(r))
+	if err != nil {
+		return err
+	}
+	defer release()
 	src := settlement.SourceWorker
 	switch {
 	case job.Args.Hint:

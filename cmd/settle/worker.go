@@ -118,6 +118,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.BankKeyTTL, "bank-key-ttl", c.BankKeyTTL, "never re-send an instruction once this long has passed since its first attempt")
 	fs.IntVar(&c.IntakeGroupCommit, "intake-group-commit", c.IntakeGroupCommit, "single requests (POST /v1/settlements) share intake transactions: at most this many run at once, and the requests arriving meanwhile share the next, each with its own answer (0: each request commits alone)")
 	fs.IntVar(&c.OutcomeGroup, "outcome-group", c.OutcomeGroup, "the answers of concurrent sends share the transactions that record them: at most this many run at once, and the answers arriving meanwhile share the next, each under its own savepoint (0: each answer commits alone)")
+	fs.IntVar(&c.SendBatch, "send-batch", c.SendBatch, "the new settlements of one bank that one intake creates (a batch request, a source's batch, a group commit of single requests) share send jobs of at most this many settlements, each sent concurrently (1: a job per settlement, what workers older than send_batch jobs can work: set it while upgrading)")
 	fs.DurationVar(&c.PendingGrace, "pending-grace", c.PendingGrace, "how long a new settlement waits for its send job before the sweep checks it")
 	fs.StringVar(&c.APIToken, "api-token", "", "when set, the API requires \"Authorization: Bearer <token>\" (never logged; at least 16 characters). Prefer SETTLE_API_TOKEN or --api-token-file: a command line is visible to every user in ps")
 	var tokenFile string

@@ -98,8 +98,10 @@ func TestRunTiny(t *testing.T) {
 	if res.EventsPerSettlement < 2 { // pending and confirmed at least
 		t.Errorf("events_per_settlement = %v, want each settlement's events delivered", res.EventsPerSettlement)
 	}
-	if res.JobsPerSettlement < 1 {
-		t.Errorf("jobs_per_settlement = %v, want at least one job per settlement", res.JobsPerSettlement)
+	if res.JobsPerSettlement <= 0 {
+		// A send_batch job sends many settlements: fewer jobs than
+		// settlements, never none.
+		t.Errorf("jobs_per_settlement = %v, want the settlements sent by jobs", res.JobsPerSettlement)
 	}
 
 	var table bytes.Buffer

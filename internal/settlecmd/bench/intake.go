@@ -38,8 +38,9 @@ func startAPI(pool *pgxpool.Pool, concurrency int) (*api, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating the River client: %w", err)
 	}
-	// The worker's default: single requests share transactions.
-	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc}, GroupCommit: intake.DefaultGroupCommit})
+	// The worker's defaults: single requests share transactions, and the
+	// settlements of one transaction share send jobs.
+	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc, SendBatch: jobs.DefaultSendBatch}, GroupCommit: intake.DefaultGroupCommit})
 	if err != nil {
 		return nil, err
 	}

@@ -75,7 +75,7 @@ func drain(ctx context.Context, cfg Config, dbURL, name string, n int, open func
 	if err != nil {
 		return 0, fmt.Errorf("error creating the River client: %w", err)
 	}
-	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc}})
+	svc, err := intake.NewService(intake.Config{DB: pool, Jobs: jobs.Inserter{Client: rc, SendBatch: jobs.DefaultSendBatch}})
 	if err != nil {
 		return 0, err
 	}

@@ -121,6 +121,10 @@ type Config struct {
 	// next (--outcome-group; 0: each outcome commits alone). See
 	// reconcile.Resolver.OutcomeGroup.
 	OutcomeGroup int
+	// SendBatch is the most new settlements of one bank that one intake
+	// puts in one send_batch job (--send-batch, at most jobs.MaxSendBatch;
+	// 1: a send_instruction job per settlement). See jobs.Inserter.
+	SendBatch int
 	// Routes bind the events that name no bank (--route CURRENCY=BANK,
 	// --route default=BANK; SETTLE_ROUTE): by currency, else the default,
 	// else the one bank served. A rule may name a bank this worker does not
@@ -261,6 +265,7 @@ func DefaultConfig() Config {
 		MaxInflight:       intake.DefaultMaxInflight,
 		IntakeGroupCommit: intake.DefaultGroupCommit,
 		OutcomeGroup:      reconcile.DefaultOutcomeGroup,
+		SendBatch:         jobs.DefaultSendBatch,
 		ShutdownTimeout:   15 * time.Second,
 		BankTimeout:       bankclient.DefaultTimeout,
 		BankAttempts:      bankclient.DefaultRetryPolicy.MaxAttempts,
@@ -329,6 +334,8 @@ func (c Config) Validate() error {
 		return errors.New("--intake-group-commit must not be negative")
 	case c.OutcomeGroup < 0:
 		return errors.New("--outcome-group must not be negative")
+	case c.SendBatch < 1 || c.SendBatch > jobs.MaxSendBatch:
+		return fmt.Errorf("--send-batch must be between 1 and %d", jobs.MaxSendBatch)
 	case c.BankAttempts < 1:
 		return errors.New("--bank-attempts must be at least 1")
 	case c.BankTimeout <= 0 || c.JobTimeout <= 0 || c.SweepInterval <= 0 || c.RetentionInterval <= 0 || c.RematchInterval < 0 ||
@@ -445,7 +452,7 @@ func New(cfg Config) (*Worker, error) {
 	uiCtx, w.stopUI = context.WithCancel(context.Background())
 	svc, err := intake.NewService(intake.Config{
 		DB:            cfg.Pool,
-		Jobs:          jobs.Inserter{Client: w.river},
+		Jobs:          jobs.Inserter{Client: w.river, SendBatch: cfg.SendBatch},
 		Metrics:       m,
 		Now:           cfg.Now,
 		ReplayHorizon: cfg.ReplayHorizon,

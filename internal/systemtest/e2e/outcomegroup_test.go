@@ -2,15 +2,11 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/settle/settle/bankclient/settle"
 	"github.com/settle/settle/fakebank"
-	"github.com/settle/settle/intake"
 	"github.com/settle/settle/internal/crash"
-	"github.com/settle/settle/internal/settlecmd/workerproc"
 	"github.com/settle/settle/internal/testsupport/dbtest"
 )
 
@@ -32,27 +28,8 @@ func TestCrashInOutcomeGroup(t *testing.T) {
 			flags := append(workerFlags(b.url), "--outcome-group", "2")
 			w1 := startWorker(t, "w1", db.URL, []string{"SETTLE_CRASH_AT=" + point, "SETTLE_CRASH_AFTER=2"}, flags...)
 
-			const batches, size = 10, 40
-			want := map[string]int64{}
-			var evs [][]intake.Event
-			for k := range batches {
-				var batch []intake.Event
-				for i := range size {
-					ev := intake.Event{SettlementID: fmt.Sprintf("og-%d-%02d", k, i), AccountID: fmt.Sprintf("acc-%d", i%7),
-						AmountCents: int64(100 + k*size + i), Currency: "EUR", Beneficiary: "bene-1"}
-					batch = append(batch, ev)
-					want[ev.SettlementID] = ev.AmountCents
-				}
-				evs = append(evs, batch)
-			}
-			for _, batch := range evs {
-				if _, err := postBatch(w1.URL(), batch); err != nil {
-					break // the worker died
-				}
-			}
-			if ps := waitExit(t, w1, 2*time.Minute); !workerproc.KilledBySIGKILL(ps) {
-				t.Fatalf("w1 did not die by SIGKILL at %s: %v", point, ps)
-			}
+			evs, want := batchEvents("og", 10, 40, 7)
+			postUntilKilled(t, w1, evs, point)
 
 			// What the crash left: settlements claimed and paid at the bank
 			// whose answer was never recorded (the batch that did not
@@ -70,17 +47,7 @@ func TestCrashInOutcomeGroup(t *testing.T) {
 				t.Errorf("%d settlements confirmed after a crash after a shared commit, want at least the batch's 2", confirmed)
 			}
 
-			w2 := startWorker(t, "w2", db.URL, nil, flags...)
-			for _, batch := range evs {
-				if _, err := postBatch(w2.URL(), batch); err != nil {
-					t.Fatal(err)
-				}
-			}
-			waitAllTerminal(t, db, len(want))
-			checkInvariants(t, db, b, want)
-			if st := b.Stats(); st.MaxPaymentsPerReference != 1 || st.Payments != int64(len(want)) {
-				t.Errorf("bank %+v, want %d payments, one per reference", st, len(want))
-			}
+			redeliverAndCheck(t, db, b, evs, want, flags)
 			t.Logf("crash at %s: %d claimed without an outcome, %d confirmed", point, unrecorded, confirmed)
 		})
 	}
