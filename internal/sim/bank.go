@@ -212,60 +212,82 @@ var errConnClosed = fmt.Errorf("EOF")
 
 // Send implements bankclient.Bank.
 func (b *Bank) Send(ctx context.Context, key string, req bankclient.PaymentRequest) (bankclient.SendResult, error) {
+	return call(ctx, b, apiCall{
+		op: bankclient.OpSend, doing: "sending payment", what: "send", subject: key,
+		fail: func(f Faults) float64 { return f.FailBefore }, failed: "503 before processing",
+		lost: func(f Faults) (int, bool) {
+			if !b.chance(f.DropResponse) {
+				return 0, false
+			}
+			if b.chance(0.5) {
+				return 0, true
+			}
+			return http.StatusGatewayTimeout, true
+		},
+	}, func(time.Time) (bankclient.SendResult, error) { return b.execute(key, req) })
+}
+
+// apiCall says what one client call of the bank's API is, for call.
+type apiCall struct {
+	op      string // bankclient.Op… of its ambiguous answers
+	doing   string // "sending payment": what its errors say it was doing
+	what    string // "send": the call in the bank's log
+	subject string // the key or id the call is about
+	// fail returns the rate of a 503 before the bank decides a request;
+	// failed is how the log says it.
+	fail   func(Faults) float64
+	failed string
+	// lost, when set, says whether the answer to a request the bank
+	// decided is lost, and with which status (0: the connection closed).
+	lost func(Faults) (status int, lost bool)
+}
+
+// call carries out one client call c of up to f.Attempts requests, as
+// bankclient's in-call retries do: each request after the first waits
+// f.RetryWait and each crosses the wire (a leg of latency) both ways.
+// decide decides a request that reached the bank at now. call returns
+// the last request's ambiguous answer when every request got one, else
+// what decide answered last, its error wrapped in what c was doing.
+func call[T any](ctx context.Context, b *Bank, c apiCall, decide func(now time.Time) (T, error)) (T, error) {
+	var res T
 	if err := ctx.Err(); err != nil {
-		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: error before contacting bank: %w", key, err)
+		return res, fmt.Errorf("error %s %s: error before contacting bank: %w", c.doing, c.subject, err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f := b.faults
-	var (
-		res bankclient.SendResult
-		err error
-	)
-	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
-		if b.chance(f.FailBefore) {
-			b.logf("send %s attempt %d: 503 before processing", key, n)
-			return ambiguous(bankclient.OpSend, http.StatusServiceUnavailable, n)
-		}
-		res, err = b.execute(key, req)
-		b.clock.Advance(b.leg(f))
-		if b.chance(f.DropResponse) {
-			status := http.StatusGatewayTimeout
-			if b.chance(0.5) {
-				status = 0
-			}
-			b.logf("send %s attempt %d: answer lost (%d)", key, n, status)
-			return ambiguous(bankclient.OpSend, status, n)
-		}
-		return nil
-	})
-	switch {
-	case last != nil:
-		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, last)
-	case err != nil:
-		return bankclient.SendResult{}, fmt.Errorf("error sending payment %s: %w", key, err)
-	}
-	return res, nil
-}
-
-// inCall carries out one client call of up to f.Attempts requests, as
-// bankclient's in-call retries do: each request after the first waits
-// f.RetryWait, each crosses the wire (a leg of latency), and request
-// returns the ambiguous answer of request n, or nil once the call got a
-// definitive one. inCall returns the last ambiguous answer when every
-// request got one, nil otherwise.
-func (b *Bank) inCall(f Faults, request func(n int) *bankclient.AmbiguousError) *bankclient.AmbiguousError {
+	var err error
 	var last *bankclient.AmbiguousError
 	for n := 1; n <= max(f.Attempts, 1); n++ {
 		if n > 1 {
 			b.clock.Advance(f.RetryWait)
 		}
 		b.clock.Advance(b.leg(f))
-		if last = request(n); last == nil {
-			return nil
+		if b.chance(c.fail(f)) {
+			b.logf("%s %s attempt %d: %s", c.what, c.subject, n, c.failed)
+			last = ambiguous(c.op, http.StatusServiceUnavailable, n)
+			continue
 		}
+		res, err = decide(b.clock.Now())
+		b.clock.Advance(b.leg(f))
+		if c.lost != nil {
+			if status, lost := c.lost(f); lost {
+				b.logf("%s %s attempt %d: answer lost (%d)", c.what, c.subject, n, status)
+				last = ambiguous(c.op, status, n)
+				continue
+			}
+		}
+		last = nil
+		break
 	}
-	return last
+	var zero T
+	switch {
+	case last != nil:
+		return zero, fmt.Errorf("error %s %s: %w", c.doing, c.subject, last)
+	case err != nil:
+		return zero, fmt.Errorf("error %s %s: %w", c.doing, c.subject, err)
+	}
+	return res, nil
 }
 
 // lookup returns what the bank remembers of key now, forgetting it when
@@ -422,37 +444,19 @@ func (b *Bank) StatusByID(ctx context.Context, id string) (bankclient.Payment, e
 // profile: find returns the payment the bank holds at now, or nil, which
 // answers notFound.
 func (b *Bank) status(ctx context.Context, what, subject string, notFound error, find func(now time.Time) *simPayment) (bankclient.Payment, error) {
-	if err := ctx.Err(); err != nil {
-		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: error before contacting bank: %w", subject, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f := b.faults
-	var (
-		pay bankclient.Payment
-		err error
-	)
-	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
-		if b.chance(f.StatusError) {
-			b.logf("%s %s attempt %d: 503", what, subject, n)
-			return ambiguous(bankclient.OpStatus, http.StatusServiceUnavailable, n)
-		}
-		now := b.clock.Now()
+	return call(ctx, b, apiCall{
+		op: bankclient.OpStatus, doing: "getting payment", what: what, subject: subject,
+		fail: func(f Faults) float64 { return f.StatusError }, failed: "503",
+	}, func(now time.Time) (bankclient.Payment, error) {
 		p := find(now)
-		b.clock.Advance(b.leg(f))
 		if p == nil {
 			b.logf("%s %s: 404", what, subject)
-			err = fmt.Errorf("error getting payment %s: %w", subject, notFound)
-			return nil
+			return bankclient.Payment{}, notFound
 		}
-		pay = b.report(p, now)
+		pay := b.report(p, now)
 		b.logf("%s %s: %s %s", what, subject, pay.ID, pay.Status)
-		return nil
+		return pay, nil
 	})
-	if last != nil {
-		return bankclient.Payment{}, fmt.Errorf("error getting payment %s: %w", subject, last)
-	}
-	return pay, err
 }
 
 // Statement implements bankclient.Bank: every payment ever executed, in

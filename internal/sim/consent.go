@@ -120,36 +120,11 @@ func (b *Bank) CreateConsent(ctx context.Context, key string, req bankclient.Pay
 	if !b.cfg.Caps.Consent {
 		return bankclient.Consent{}, fmt.Errorf("error creating consent %s: %w", key, bankclient.ErrUnsupported)
 	}
-	if err := ctx.Err(); err != nil {
-		return bankclient.Consent{}, fmt.Errorf("error creating consent %s: error before contacting bank: %w", key, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f := b.faults
-	var (
-		con bankclient.Consent
-		err error
-	)
-	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
-		if b.chance(f.FailBefore) {
-			b.logf("consent %s attempt %d: 503 before processing", key, n)
-			return ambiguous(bankclient.OpConsent, http.StatusServiceUnavailable, n)
-		}
-		con, err = b.createConsent(key, consentBody(req))
-		b.clock.Advance(b.leg(f))
-		if b.chance(f.DropResponse) {
-			b.logf("consent %s attempt %d: answer lost", key, n)
-			return ambiguous(bankclient.OpConsent, http.StatusGatewayTimeout, n)
-		}
-		return nil
-	})
-	switch {
-	case last != nil:
-		return bankclient.Consent{}, fmt.Errorf("error creating consent %s: %w", key, last)
-	case err != nil:
-		return bankclient.Consent{}, fmt.Errorf("error creating consent %s: %w", key, err)
-	}
-	return con, nil
+	return call(ctx, b, apiCall{
+		op: bankclient.OpConsent, doing: "creating consent", what: "consent", subject: key,
+		fail: func(f Faults) float64 { return f.FailBefore }, failed: "503 before processing",
+		lost: func(f Faults) (int, bool) { return http.StatusGatewayTimeout, b.chance(f.DropResponse) },
+	}, func(time.Time) (bankclient.Consent, error) { return b.createConsent(key, consentBody(req)) })
 }
 
 // createConsent decides one consent request that reached the bank.
@@ -193,37 +168,19 @@ func (b *Bank) ConsentByID(ctx context.Context, id string) (bankclient.Consent, 
 	if !b.cfg.Caps.Consent {
 		return bankclient.Consent{}, fmt.Errorf("error getting consent %s: %w", id, bankclient.ErrUnsupported)
 	}
-	if err := ctx.Err(); err != nil {
-		return bankclient.Consent{}, fmt.Errorf("error getting consent %s: error before contacting bank: %w", id, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f := b.faults
-	var (
-		con bankclient.Consent
-		err error
-	)
-	last := b.inCall(f, func(n int) *bankclient.AmbiguousError {
-		if b.chance(f.StatusError) {
-			b.logf("consent by id %s attempt %d: 503", id, n)
-			return ambiguous(bankclient.OpConsentStatus, http.StatusServiceUnavailable, n)
-		}
-		now := b.clock.Now()
+	return call(ctx, b, apiCall{
+		op: bankclient.OpConsentStatus, doing: "getting consent", what: "consent by id", subject: id,
+		fail: func(f Faults) float64 { return f.StatusError }, failed: "503",
+	}, func(now time.Time) (bankclient.Consent, error) {
 		c := b.consentByID(id)
-		b.clock.Advance(b.leg(f))
 		if c == nil {
 			b.logf("consent by id %s: not found", id)
-			err = fmt.Errorf("error getting consent %s: %w", id, bankclient.ErrPaymentNotFound)
-			return nil
+			return bankclient.Consent{}, bankclient.ErrPaymentNotFound
 		}
-		con = c.view(now, false)
+		con := c.view(now, false)
 		b.logf("consent by id %s: %s", id, con.Status)
-		return nil
+		return con, nil
 	})
-	if last != nil {
-		return bankclient.Consent{}, fmt.Errorf("error getting consent %s: %w", id, last)
-	}
-	return con, err
 }
 
 // consentCount returns how many consents the bank created.
