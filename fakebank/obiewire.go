@@ -10,10 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/settle/settle/bankclient/obie/obwire"
-
 	"github.com/settle/settle/bankclient/obie/jws"
-
+	"github.com/settle/settle/bankclient/obie/obwire"
 	"github.com/settle/settle/settlement"
 )
 
@@ -26,13 +24,13 @@ import (
 // accepts it can echo back in a response the document allows. Optional
 // fields left out are left out of the answers too, as the read-write
 // profile's "Optional Fields" requires.
-
-// obAmount is OBActiveOrHistoricCurrencyAndAmount: a decimal string and
-// an ISO 4217 code.
-type obAmount = obwire.Amount
-
-// obAccount is a debtor or creditor account (OBCashAccount*).
-type obAccount = obwire.Account
+//
+// The bank owns the document's whole shapes, every optional field
+// included, and decodes them itself rather than with the obie connector's
+// types, which hold only what the connector sends and reads: a connector
+// that misnames a field or leaves one out is refused here, not agreed
+// with. Only the leaves that are the same in both (obwire's Amount,
+// Account and error bodies) are shared.
 
 // obPostalAddress is OBPostalAddress6 (and the Risk's DeliveryAddress,
 // a subset of it).
@@ -70,9 +68,9 @@ type obInitiation struct {
 	InstructionIdentification string           `json:"InstructionIdentification"`
 	EndToEndIdentification    string           `json:"EndToEndIdentification"`
 	LocalInstrument           string           `json:"LocalInstrument,omitempty"`
-	InstructedAmount          obAmount         `json:"InstructedAmount"`
-	DebtorAccount             *obAccount       `json:"DebtorAccount,omitempty"`
-	CreditorAccount           obAccount        `json:"CreditorAccount"`
+	InstructedAmount          obwire.Amount    `json:"InstructedAmount"`
+	DebtorAccount             *obwire.Account  `json:"DebtorAccount,omitempty"`
+	CreditorAccount           obwire.Account   `json:"CreditorAccount"`
 	CreditorPostalAddress     *obPostalAddress `json:"CreditorPostalAddress,omitempty"`
 	RemittanceInformation     *obRemittance    `json:"RemittanceInformation,omitempty"`
 	SupplementaryData         map[string]any   `json:"SupplementaryData,omitempty"`
@@ -255,7 +253,7 @@ const (
 
 var addressTypes = []string{"Business", "Correspondence", "DeliveryTo", "MailTo", "POBox", "Postal", "Residential", "Statement"}
 
-func (c *checker) account(path string, a *obAccount, creditor bool) {
+func (c *checker) account(path string, a *obwire.Account, creditor bool) {
 	c.text(path+".SchemeName", a.SchemeName, 1, 0, true)
 	c.text(path+".Identification", a.Identification, 1, 256, true)
 	c.text(path+".Name", a.Name, 1, 350, creditor)

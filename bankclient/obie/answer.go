@@ -10,6 +10,7 @@ import (
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/bankhttp"
+	"github.com/settle/settle/bankclient/obie/obwire"
 	"github.com/settle/settle/internal/retryafter"
 )
 
@@ -410,7 +411,7 @@ func echoed(got Initiation, in *Initiation) (int64, error) {
 }
 
 // beneficiaryOf writes a creditor account in settle's beneficiary form.
-func beneficiaryOf(a Account) string {
+func beneficiaryOf(a obwire.Account) string {
 	scheme := a.SchemeName
 	switch scheme {
 	case obSchemeSortCode:

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/settle/settle/bankclient/obie/obwire"
 )
 
 // FuzzAnswers: whatever the bank answers, parsing and classifying it
@@ -19,7 +21,7 @@ func FuzzAnswers(f *testing.F) {
 		f.Add(s, 201)
 		f.Add(s, 400)
 	}
-	in := Initiation{EndToEndIdentification: "r", InstructedAmount: Amount{Amount: "1.00", Currency: "GBP"}, CreditorAccount: Account{SchemeName: obSchemeIBAN, Identification: "x"}}
+	in := Initiation{EndToEndIdentification: "r", InstructedAmount: obwire.Amount{Amount: "1.00", Currency: "GBP"}, CreditorAccount: obwire.Account{SchemeName: obSchemeIBAN, Identification: "x"}}
 	f.Fuzz(func(t *testing.T, body string, status int) {
 		a := httpAnswer{status: status, header: http.Header{}, body: []byte(body)}
 		for _, want := range []*Initiation{nil, &in} {

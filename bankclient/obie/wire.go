@@ -13,19 +13,13 @@ import (
 // are the spec's; optional fields are omitted when empty, as the profile
 // requires ("the field must be excluded from the JSON payload").
 
-// Amount is OBActiveOrHistoricCurrencyAndAmount.
-type Amount = obwire.Amount
-
-// Account is the CreditorAccount of an Initiation.
-type Account = obwire.Account
-
 // Initiation is the Initiation of OBWriteDomesticConsent4 and
 // OBWriteDomestic2: identical in the consent and the payment.
 type Initiation struct {
-	InstructionIdentification string  `json:"InstructionIdentification"`
-	EndToEndIdentification    string  `json:"EndToEndIdentification"`
-	InstructedAmount          Amount  `json:"InstructedAmount"`
-	CreditorAccount           Account `json:"CreditorAccount"`
+	InstructionIdentification string         `json:"InstructionIdentification"`
+	EndToEndIdentification    string         `json:"EndToEndIdentification"`
+	InstructedAmount          obwire.Amount  `json:"InstructedAmount"`
+	CreditorAccount           obwire.Account `json:"CreditorAccount"`
 }
 
 // Risk is OBRisk1, the risk indicators: identical in the consent and the
@@ -105,8 +99,8 @@ func buildInitiation(req bankclient.PaymentRequest) (Initiation, error) {
 	return Initiation{
 		InstructionIdentification: req.Reference,
 		EndToEndIdentification:    req.Reference,
-		InstructedAmount:          Amount{Amount: amount, Currency: req.Currency},
-		CreditorAccount:           Account{SchemeName: scheme, Identification: cred.Identification, Name: cred.Name},
+		InstructedAmount:          obwire.Amount{Amount: amount, Currency: req.Currency},
+		CreditorAccount:           obwire.Account{SchemeName: scheme, Identification: cred.Identification, Name: cred.Name},
 	}, nil
 }
 
