@@ -287,30 +287,52 @@ func reason(er ErrorResponse, iid string) string {
 	return bankclient.Sanitize(HeaderInteractionID + " " + iid + "; " + strings.Join(parts, "; "))
 }
 
+// decode decodes body, the answer about a what ("payment"), into a T
+// once its keys are checked (bankhttp.CheckJSONKeys).
+func decode[T any](body []byte, what string) (T, error) {
+	var r T
+	if err := bankhttp.CheckJSONKeys(body); err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return r, fmt.Errorf("error decoding the %s: %w", what, err)
+	}
+	return r, nil
+}
+
+// checkResource checks what every answer about a what ("payment") must
+// hold: its id, the field idField of at most max characters, an
+// Initiation and a Status.
+func checkResource(what, idField, id string, maxLen int, status string, in *Initiation) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%s without %s", what, idField)
+	case len(id) > maxLen:
+		return fmt.Errorf("%s longer than %d", idField, maxLen)
+	case in == nil:
+		return fmt.Errorf("%s %s without Initiation", what, bankclient.Sanitize(id))
+	case status == "":
+		return fmt.Errorf("%s %s without Status", what, bankclient.Sanitize(id))
+	}
+	return nil
+}
+
 // parsePayment reads an OBWriteDomesticResponse5. With consentID and in
 // (the answer to our POST), it must be the payment we asked for: that
 // consent, that EndToEndIdentification, amount, currency and creditor.
 func parsePayment(body []byte, consentID string, in *Initiation) (bankclient.Payment, error) {
-	if err := bankhttp.CheckJSONKeys(body); err != nil {
+	r, err := decode[paymentResponse](body, "payment")
+	if err != nil {
 		return bankclient.Payment{}, err
 	}
-	var r paymentResponse
-	if err := json.Unmarshal(body, &r); err != nil {
-		return bankclient.Payment{}, fmt.Errorf("error decoding the payment: %w", err)
-	}
 	d := r.Data
-	switch {
-	case d == nil:
+	if d == nil {
 		return bankclient.Payment{}, errors.New("payment without Data")
-	case d.DomesticPaymentID == "":
-		return bankclient.Payment{}, errors.New("payment without DomesticPaymentId")
-	case len(d.DomesticPaymentID) > 40:
-		return bankclient.Payment{}, errors.New("DomesticPaymentId longer than 40")
-	case d.Initiation == nil:
-		return bankclient.Payment{}, fmt.Errorf("payment %s without Initiation", bankclient.Sanitize(d.DomesticPaymentID))
-	case d.Status == "":
-		return bankclient.Payment{}, fmt.Errorf("payment %s without Status", bankclient.Sanitize(d.DomesticPaymentID))
-	case consentID != "" && d.ConsentID != consentID:
+	}
+	if err := checkResource("payment", "DomesticPaymentId", d.DomesticPaymentID, 40, d.Status, d.Initiation); err != nil {
+		return bankclient.Payment{}, err
+	}
+	if consentID != "" && d.ConsentID != consentID {
 		return bankclient.Payment{}, fmt.Errorf("payment %s under another consent", bankclient.Sanitize(d.DomesticPaymentID))
 	}
 	id := bankclient.Sanitize(d.DomesticPaymentID)
@@ -340,25 +362,16 @@ func parsePayment(body []byte, consentID string, in *Initiation) (bankclient.Pay
 // parseConsent reads an OBWriteDomesticConsentResponse5; with in (the
 // answer to our POST), its Initiation must be ours.
 func parseConsent(body []byte, in *Initiation) (bankclient.Consent, error) {
-	if err := bankhttp.CheckJSONKeys(body); err != nil {
+	r, err := decode[consentResponse](body, "consent")
+	if err != nil {
 		return bankclient.Consent{}, err
 	}
-	var r consentResponse
-	if err := json.Unmarshal(body, &r); err != nil {
-		return bankclient.Consent{}, fmt.Errorf("error decoding the consent: %w", err)
-	}
 	d := r.Data
-	switch {
-	case d == nil:
+	if d == nil {
 		return bankclient.Consent{}, errors.New("consent without Data")
-	case d.ConsentID == "":
-		return bankclient.Consent{}, errors.New("consent without ConsentId")
-	case len(d.ConsentID) > 128:
-		return bankclient.Consent{}, errors.New("ConsentId longer than 128")
-	case d.Status == "":
-		return bankclient.Consent{}, fmt.Errorf("consent %s without Status", bankclient.Sanitize(d.ConsentID))
-	case d.Initiation == nil:
-		return bankclient.Consent{}, fmt.Errorf("consent %s without Initiation", bankclient.Sanitize(d.ConsentID))
+	}
+	if err := checkResource("consent", "ConsentId", d.ConsentID, 128, d.Status, d.Initiation); err != nil {
+		return bankclient.Consent{}, err
 	}
 	if _, err := echoed(*d.Initiation, in); err != nil {
 		return bankclient.Consent{}, fmt.Errorf("consent %s: %w", bankclient.Sanitize(d.ConsentID), err)

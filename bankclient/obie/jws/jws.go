@@ -226,65 +226,58 @@ func checkHeader(raw []byte, now time.Time) error {
 // ReadRSAPublicKey reads a PEM file holding an RSA public key: a PUBLIC
 // KEY, an RSA PUBLIC KEY, or a CERTIFICATE.
 func ReadRSAPublicKey(path string) (*rsa.PublicKey, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("error reading public key: %w", err)
-	}
-	blk, _ := pem.Decode(data)
-	if blk == nil {
-		return nil, fmt.Errorf("error reading public key %s: no PEM block", path)
-	}
-	var pub any
-	switch blk.Type {
-	case "PUBLIC KEY":
-		pub, err = x509.ParsePKIXPublicKey(blk.Bytes)
-	case "RSA PUBLIC KEY":
-		pub, err = x509.ParsePKCS1PublicKey(blk.Bytes)
-	case "CERTIFICATE":
-		var cert *x509.Certificate
-		if cert, err = x509.ParseCertificate(blk.Bytes); err == nil {
-			pub = cert.PublicKey
+	return readRSAKey[*rsa.PublicKey](path, "public key", func(blk *pem.Block) (any, error) {
+		switch blk.Type {
+		case "PUBLIC KEY":
+			return x509.ParsePKIXPublicKey(blk.Bytes)
+		case "RSA PUBLIC KEY":
+			return x509.ParsePKCS1PublicKey(blk.Bytes)
+		case "CERTIFICATE":
+			cert, err := x509.ParseCertificate(blk.Bytes)
+			if err != nil {
+				return nil, err
+			}
+			return cert.PublicKey, nil
 		}
-	default:
-		return nil, fmt.Errorf("error reading public key %s: PEM block %q is not a public key or certificate", path, blk.Type)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error reading public key %s: %w", path, err)
-	}
-	rsaPub, ok := pub.(*rsa.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("error reading public key %s: not an RSA key (PS256 needs one)", path)
-	}
-	return rsaPub, nil
+		return nil, fmt.Errorf("PEM block %q is not a public key or certificate", blk.Type)
+	})
 }
 
 // ReadRSAPrivateKey reads a PEM file holding an RSA private key (PKCS #8
 // or PKCS #1). Its errors never hold the key.
 func ReadRSAPrivateKey(path string) (*rsa.PrivateKey, error) {
+	return readRSAKey[*rsa.PrivateKey](path, "private key", func(blk *pem.Block) (any, error) {
+		switch blk.Type {
+		case "PRIVATE KEY":
+			return x509.ParsePKCS8PrivateKey(blk.Bytes)
+		case "RSA PRIVATE KEY":
+			return x509.ParsePKCS1PrivateKey(blk.Bytes)
+		}
+		return nil, fmt.Errorf("PEM block %q is not a private key", blk.Type)
+	})
+}
+
+// readRSAKey reads the first PEM block of the file at path, a what
+// ("public key"), with parse, which knows the block types of a what; the
+// key must be an RSA key K.
+func readRSAKey[K *rsa.PublicKey | *rsa.PrivateKey](path, what string, parse func(*pem.Block) (any, error)) (K, error) {
+	var zero K
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("error reading private key: %w", err)
+		return zero, fmt.Errorf("error reading %s: %w", what, err)
 	}
 	blk, _ := pem.Decode(data)
 	if blk == nil {
-		return nil, fmt.Errorf("error reading private key %s: no PEM block", path)
+		return zero, fmt.Errorf("error reading %s %s: no PEM block", what, path)
 	}
-	var key any
-	switch blk.Type {
-	case "PRIVATE KEY":
-		key, err = x509.ParsePKCS8PrivateKey(blk.Bytes)
-	case "RSA PRIVATE KEY":
-		key, err = x509.ParsePKCS1PrivateKey(blk.Bytes)
-	default:
-		return nil, fmt.Errorf("error reading private key %s: PEM block %q is not a private key", path, blk.Type)
-	}
+	key, err := parse(blk)
 	if err != nil {
-		// The parser's error describes the structure, never the bytes.
-		return nil, fmt.Errorf("error reading private key %s: %w", path, err)
+		// The parsers' errors describe the structure, never the bytes.
+		return zero, fmt.Errorf("error reading %s %s: %w", what, path, err)
 	}
-	rsaKey, ok := key.(*rsa.PrivateKey)
+	k, ok := key.(K)
 	if !ok {
-		return nil, fmt.Errorf("error reading private key %s: not an RSA key (PS256 needs one)", path)
+		return zero, fmt.Errorf("error reading %s %s: not an RSA key (PS256 needs one)", what, path)
 	}
-	return rsaKey, nil
+	return k, nil
 }
