@@ -48,28 +48,9 @@ type eventsCmd struct {
 }
 
 func (c *eventsCmd) run(ctx context.Context, args []string) int {
-	s := c.s
-	form := ""
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		form, args = args[0], args[1:]
-	}
-	switch form {
-	case "list":
-		return c.list(ctx, args)
-	case "redeliver":
-		return c.redeliver(ctx, args)
-	case "sinks":
-		return c.sinks(ctx, args)
-	case "forget-sink":
-		return c.forgetSink(ctx, args)
-	case "":
-		fs := newFlagSet("events", "list|redeliver|sinks|forget-sink [flags]", eventsDescription, s)
-		if code, done := parseFlags(fs, args); done {
-			return code
-		}
-	}
-	fmt.Fprintf(s.Err, "settle events: unknown form %q (want list, redeliver, sinks or forget-sink; see settle events --help)\n", form)
-	return exitError
+	return runForms(ctx, c.s, "events", eventsDescription, args, []subForm{
+		{"list", c.list}, {"redeliver", c.redeliver}, {"sinks", c.sinks}, {"forget-sink", c.forgetSink},
+	})
 }
 
 func (c *eventsCmd) open(ctx context.Context, form string) *pgxpool.Pool {
@@ -93,22 +74,12 @@ status. Exit 0 when it ran.`, s)
 	fs.BoolVar(&f.Dead, "dead", false, "only events a sink gave up on (dead)")
 	fs.IntVar(&f.Limit, "limit", 1000, "at most this many events")
 	asJSON := fs.Bool("json", false, `print {"events":[{"event_id","settlement_id","type","created_at","deliveries":[{"sink","state","attempts","last_status"}]}],"count":n}`)
-	pos, code, done := parseArgs(fs, args)
+	_, code, done := parseAtMost(fs, args, 0)
 	if done {
 		return code
 	}
-	if len(pos) > 0 {
-		fmt.Fprintf(s.Err, "settle events list: unexpected arguments %q\n", pos)
-		return exitError
-	}
-	pool := c.open(ctx, "list")
-	if pool == nil {
-		return exitError
-	}
-	defer pool.Close()
-	list, err := events.List(ctx, pool, f)
-	if err != nil {
-		fmt.Fprintf(s.Err, "settle events list: %v\n", err)
+	list, ok := query(ctx, fs, c.open, func(pool *pgxpool.Pool) ([]events.Listed, error) { return events.List(ctx, pool, f) })
+	if !ok {
 		return exitError
 	}
 	out := bufio.NewWriter(s.Out)
@@ -179,13 +150,9 @@ an operator action, recorded on each settlement's story with --operator.`, s)
 	fs.StringVar(&t.SettlementID, "settlement", "", "every event of this settlement")
 	fs.BoolVar(&t.Dead, "dead", false, "every delivery marked dead")
 	operator := fs.String("operator", os.Getenv("USER"), "your name, recorded with the action (default $USER)")
-	pos, code, done := parseArgs(fs, args)
+	pos, code, done := parseAtMost(fs, args, 1)
 	if done {
 		return code
-	}
-	if len(pos) > 1 {
-		fmt.Fprintf(s.Err, "settle events redeliver: unexpected arguments %q\n", pos[1:])
-		return exitError
 	}
 	if len(pos) == 1 {
 		t.EventID = pos[0]
@@ -198,46 +165,61 @@ an operator action, recorded on each settlement's story with --operator.`, s)
 		return exitError
 	}
 	defer pool.Close()
+	what := "every dead delivery"
+	switch {
+	case t.EventID != "":
+		what = "event " + t.EventID
+	case t.SettlementID != "":
+		what = "every event of the settlement"
+	}
 	now := time.Now()
-	var queued []events.Redelivered
+	settlements, n, code := recordEach(ctx, s, pool, "redeliver",
+		inspect.OperatorAction{Operator: *operator, Action: inspect.OperatorRedeliver, Detail: "redeliver " + what, OK: true, At: now},
+		"%d deliveries queued again", func(tx pgx.Tx) ([]events.Redelivered, error) { return events.Redeliver(ctx, tx, t, now) },
+		func(r events.Redelivered) (string, int) { return r.SettlementID, r.Deliveries })
+	if code != exitOK {
+		return code
+	}
+	fmt.Fprintf(s.Out, "%d deliveries of %d settlement(s) queued again\n", n, settlements)
+	return exitOK
+}
+
+// recordEach runs do, an operator action, in one transaction, and
+// records a on the story of each settlement do returns: of says its id
+// and how many deliveries the action changed, which result words. A
+// failure is one line of form on s.Err, and its exit code exitFindings
+// for an unknown settlement, exitError otherwise; else the code is exitOK
+// with the number of settlements and of their deliveries.
+func recordEach[T any](ctx context.Context, s Stdio, pool *pgxpool.Pool, form string, a inspect.OperatorAction, result string,
+	do func(tx pgx.Tx) ([]T, error), of func(T) (settlementID string, deliveries int)) (settlements, deliveries, code int) {
+	var done []T
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		if queued, err = events.Redeliver(ctx, tx, t, now); err != nil {
+		if done, err = do(tx); err != nil {
 			return err
 		}
-		what := "every dead delivery"
-		switch {
-		case t.EventID != "":
-			what = "event " + t.EventID
-		case t.SettlementID != "":
-			what = "every event of the settlement"
-		}
-		for _, r := range queued {
-			if _, err := inspect.RecordAction(ctx, tx, inspect.OperatorAction{SettlementID: r.SettlementID, Operator: *operator,
-				Action: inspect.OperatorRedeliver, Detail: "redeliver " + what, Result: fmt.Sprintf("%d deliveries queued again", r.Deliveries),
-				OK: true, At: now}); err != nil {
+		for _, d := range done {
+			var n int
+			a.SettlementID, n = of(d)
+			a.Result = fmt.Sprintf(result, n)
+			if _, err := inspect.RecordAction(ctx, tx, a); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	switch {
-	case errors.Is(err, events.ErrNoTarget):
-		fmt.Fprintf(s.Err, "settle events redeliver: %v\n", err)
-		return exitError
-	case errors.Is(err, settlement.ErrNotFound):
-		fmt.Fprintf(s.Err, "settle events redeliver: %v\n", err)
-		return exitFindings
-	case err != nil:
-		fmt.Fprintf(s.Err, "settle events redeliver: %v\n", err)
-		return exitError
+	if err != nil {
+		fmt.Fprintf(s.Err, "settle events %s: %v\n", form, err)
+		if errors.Is(err, settlement.ErrNotFound) {
+			return 0, 0, exitFindings
+		}
+		return 0, 0, exitError
 	}
-	n := 0
-	for _, r := range queued {
-		n += r.Deliveries
+	for _, d := range done {
+		_, n := of(d)
+		deliveries += n
 	}
-	fmt.Fprintf(s.Out, "%d deliveries of %d settlement(s) queued again\n", n, len(queued))
-	return exitOK
+	return len(done), deliveries, exitOK
 }
 
 func (c *eventsCmd) sinks(ctx context.Context, args []string) int {
@@ -251,22 +233,12 @@ deliveries (and the settle_events_pending metrics count them) until it is
 configured again or forgotten (settle events forget-sink). Exit 0 when it
 ran.`, s)
 	asJSON := fs.Bool("json", false, `print {"sinks":[{"sink","created_at","seen_at","relayed","forgotten_at","forgotten_by","pending","dead","delivered","oldest_pending"}],"count":n}`)
-	pos, code, done := parseArgs(fs, args)
+	_, code, done := parseAtMost(fs, args, 0)
 	if done {
 		return code
 	}
-	if len(pos) > 0 {
-		fmt.Fprintf(s.Err, "settle events sinks: unexpected arguments %q\n", pos)
-		return exitError
-	}
-	pool := c.open(ctx, "sinks")
-	if pool == nil {
-		return exitError
-	}
-	defer pool.Close()
-	list, err := events.Sinks(ctx, pool)
-	if err != nil {
-		fmt.Fprintf(s.Err, "settle events sinks: %v\n", err)
+	list, ok := query(ctx, fs, c.open, func(pool *pgxpool.Pool) ([]events.SinkInfo, error) { return events.Sinks(ctx, pool) })
+	if !ok {
 		return exitError
 	}
 	now := time.Now()
@@ -344,36 +316,14 @@ settlement that had an undelivered event there, with --operator.`, s)
 	}
 	defer pool.Close()
 	now := time.Now()
-	var dropped []events.Forgotten
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		if dropped, err = events.ForgetSink(ctx, tx, sink, *operator, now, *force); err != nil {
-			return err
-		}
-		for _, f := range dropped {
-			if _, err := inspect.RecordAction(ctx, tx, inspect.OperatorAction{SettlementID: f.SettlementID, Operator: *operator,
-				Action: inspect.OperatorForgetSink, Detail: "forget sink " + sink,
-				Result: fmt.Sprintf("%d undelivered deliveries dropped", f.Deliveries), OK: true, At: now}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, events.ErrSinkInUse):
-		fmt.Fprintf(s.Err, "settle events forget-sink: %v\n", err)
-		return exitError
-	case errors.Is(err, settlement.ErrNotFound):
-		fmt.Fprintf(s.Err, "settle events forget-sink: %v\n", err)
-		return exitFindings
-	case err != nil:
-		fmt.Fprintf(s.Err, "settle events forget-sink: %v\n", err)
-		return exitError
+	settlements, n, code := recordEach(ctx, s, pool, "forget-sink",
+		inspect.OperatorAction{Operator: *operator, Action: inspect.OperatorForgetSink, Detail: "forget sink " + sink, OK: true, At: now},
+		"%d undelivered deliveries dropped", func(tx pgx.Tx) ([]events.Forgotten, error) {
+			return events.ForgetSink(ctx, tx, sink, *operator, now, *force)
+		}, func(f events.Forgotten) (string, int) { return f.SettlementID, f.Deliveries })
+	if code != exitOK {
+		return code
 	}
-	n := 0
-	for _, f := range dropped {
-		n += f.Deliveries
-	}
-	fmt.Fprintf(s.Out, "sink %s forgotten: %d undelivered deliveries of %d settlement(s) dropped\n", sink, n, len(dropped))
+	fmt.Fprintf(s.Out, "sink %s forgotten: %d undelivered deliveries of %d settlement(s) dropped\n", sink, n, settlements)
 	return exitOK
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,25 +47,9 @@ type ledgerCmd struct {
 }
 
 func (c *ledgerCmd) run(ctx context.Context, args []string) int {
-	form := ""
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		form, args = args[0], args[1:]
-	}
-	switch form {
-	case "credit":
-		return c.credit(ctx, args)
-	case "balance":
-		return c.balance(ctx, args)
-	case "postings":
-		return c.postings(ctx, args)
-	case "":
-		fs := newFlagSet("ledger", "credit|balance|postings [flags]", ledgerDescription, c.s)
-		if code, done := parseFlags(fs, args); done {
-			return code
-		}
-	}
-	fmt.Fprintf(c.s.Err, "settle ledger: unknown form %q (want credit, balance or postings; see settle ledger --help)\n", form)
-	return exitError
+	return runForms(ctx, c.s, "ledger", ledgerDescription, args, []subForm{
+		{"credit", c.credit}, {"balance", c.balance}, {"postings", c.postings},
+	})
 }
 
 func (c *ledgerCmd) open(ctx context.Context, form string) *pgxpool.Pool {
@@ -142,26 +125,16 @@ The system accounts are settle:funding (where credits come from) and
 settle:clearing:BANK (where confirmed payouts go); in each currency the
 balances of all accounts sum to zero. Exit 0 when it ran.`, s)
 	asJSON := fs.Bool("json", false, `print {"accounts":[{"account_id","currency","kind","posted_minor","held_minor","available_minor"}]}`)
-	pos, code, done := parseArgs(fs, args)
+	pos, code, done := parseAtMost(fs, args, 1)
 	if done {
 		return code
-	}
-	if len(pos) > 1 {
-		fmt.Fprintf(s.Err, "settle ledger balance: unexpected arguments %q\n", pos[1:])
-		return exitError
 	}
 	account := ""
 	if len(pos) == 1 {
 		account = pos[0]
 	}
-	pool := c.open(ctx, "balance")
-	if pool == nil {
-		return exitError
-	}
-	defer pool.Close()
-	bs, err := ledger.Balances(ctx, pool, account)
-	if err != nil {
-		fmt.Fprintf(s.Err, "settle ledger balance: %v\n", err)
+	bs, ok := query(ctx, fs, c.open, func(pool *pgxpool.Pool) ([]ledger.Balance, error) { return ledger.Balances(ctx, pool, account) })
+	if !ok {
 		return exitError
 	}
 	if bs == nil {
@@ -201,22 +174,12 @@ it ran.`, s)
 	fs.Int64Var(&f.AfterID, "after", 0, "only postings with a greater id (the next page)")
 	fs.IntVar(&f.Limit, "limit", ledger.DefaultPostingLimit, "at most this many postings")
 	asJSON := fs.Bool("json", false, `print {"postings":[{"id","settlement_id","kind","ref","debit_account","credit_account","amount_minor","currency","created_at"}],"count":n}`)
-	pos, code, done := parseArgs(fs, args)
+	_, code, done := parseAtMost(fs, args, 0)
 	if done {
 		return code
 	}
-	if len(pos) > 0 {
-		fmt.Fprintf(s.Err, "settle ledger postings: unexpected arguments %q\n", pos)
-		return exitError
-	}
-	pool := c.open(ctx, "postings")
-	if pool == nil {
-		return exitError
-	}
-	defer pool.Close()
-	ps, err := ledger.Postings(ctx, pool, f)
-	if err != nil {
-		fmt.Fprintf(s.Err, "settle ledger postings: %v\n", err)
+	ps, ok := query(ctx, fs, c.open, func(pool *pgxpool.Pool) ([]ledger.Posting, error) { return ledger.Postings(ctx, pool, f) })
+	if !ok {
 		return exitError
 	}
 	if ps == nil {

@@ -102,6 +102,37 @@ func usage(w io.Writer) {
 
 // newFlagSet returns a FlagSet for a subcommand whose --help prints the
 // summary, the usage line and every flag to s.Out.
+// subForm is one form of a command that has forms, as settle events list.
+type subForm struct {
+	name string
+	run  func(ctx context.Context, args []string) int
+}
+
+// runForms runs the form of cmd that args[0] names. Without one, args
+// are cmd's own flags (--help prints description); another is refused.
+func runForms(ctx context.Context, s Stdio, cmd, description string, args []string, forms []subForm) int {
+	form := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		form, args = args[0], args[1:]
+	}
+	names := make([]string, len(forms))
+	for i, f := range forms {
+		if f.name == form {
+			return f.run(ctx, args)
+		}
+		names[i] = f.name
+	}
+	if form == "" {
+		fs := newFlagSet(cmd, strings.Join(names, "|")+" [flags]", description, s)
+		if code, done := parseFlags(fs, args); done {
+			return code
+		}
+	}
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	fmt.Fprintf(s.Err, "settle %s: unknown form %q (want %s; see settle %s --help)\n", cmd, form, want, cmd)
+	return exitError
+}
+
 func newFlagSet(name, usageLine, description string, s Stdio) *flag.FlagSet {
 	fs := flag.NewFlagSet("settle "+name, flag.ContinueOnError)
 	fs.SetOutput(s.Err)

@@ -150,6 +150,39 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos []string, code int, done bo
 	}
 }
 
+// parseAtMost is parseArgs for a form that takes at most most positional
+// arguments: more are refused with one line on the flag set's output.
+func parseAtMost(fs *flag.FlagSet, args []string, most int) (pos []string, code int, done bool) {
+	if pos, code, done = parseArgs(fs, args); done {
+		return nil, code, true
+	}
+	if len(pos) > most {
+		fmt.Fprintf(fs.Output(), "%s: unexpected arguments %q\n", fs.Name(), pos[most:])
+		return nil, exitError, true
+	}
+	return pos, exitOK, false
+}
+
+// query opens the database with open, which says on s.Err why it could
+// not, and returns what q read from it; q's error is one line of the
+// form fs on the flag set's output. ok is false when the form must end
+// with exitError.
+func query[T any](ctx context.Context, fs *flag.FlagSet, open func(ctx context.Context, form string) *pgxpool.Pool,
+	q func(pool *pgxpool.Pool) (T, error)) (v T, ok bool) {
+	name := fs.Name()
+	pool := open(ctx, name[strings.LastIndexByte(name, ' ')+1:])
+	if pool == nil {
+		return v, false
+	}
+	defer pool.Close()
+	v, err := q(pool)
+	if err != nil {
+		fmt.Fprintf(fs.Output(), "%s: %v\n", name, err)
+		return v, false
+	}
+	return v, true
+}
+
 // open connects to the database and checks that it answers, so that an
 // unreachable database is one clear line, not a failed query.
 func (c *reconcileCmd) open(ctx context.Context, form string) *pgxpool.Pool {
@@ -332,20 +365,11 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 	}
 	defer pool.Close()
 
-	out := bufio.NewWriter(c.s.Out)
-	defer out.Flush()
 	opts := inspect.ListOptions{State: st, OlderThan: *olderThan, Limit: *limit, Bank: *onlyBank}
-	var n int
-	var err error
-	if *asJSON {
-		jl := inspect.NewJSONList(out, "settlements", "state", st, "older_than_seconds", olderThan.Seconds())
-		_, err = c.inspector(pool).List(ctx, opts, func(r inspect.SettlementRow) error { return jl.Add(r) })
-		if err == nil {
-			err = jl.Close()
-		}
-	} else {
-		tb := newBlockTable(out, "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tPAID THROUGH\tBANK\tINVESTIGATION")
-		n, err = c.inspector(pool).List(ctx, opts, func(r inspect.SettlementRow) error {
+	err := printListing(c.s.Out, *asJSON, listing[inspect.SettlementRow]{
+		key: "settlements", head: []any{"state", st, "older_than_seconds", olderThan.Seconds()},
+		header: "SETTLEMENT\tSINCE\tAGE\tAMOUNT\tSENDS\tCHECKS\tNEXT CHECK\tPAID THROUGH\tBANK\tINVESTIGATION",
+		row: func(tb *blockTable, r inspect.SettlementRow) error {
 			bank := r.BankStatus
 			if r.BankPaymentID != "" {
 				bank += " " + r.BankPaymentID
@@ -357,24 +381,83 @@ with its reason. Exit 0 when it ran (even when the list is empty).`, c.s)
 			return tb.row("%s\t%s\t%s\t%d %s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.SettlementID, r.Since.UTC().Format(time.RFC3339),
 				age(r.AgeSeconds), r.AmountCents, r.Currency, r.SendAttempts, r.CheckAttempts, timeOrDash(r.NextCheckAt),
 				r.Bank, strings.TrimSpace(bank), inv)
-		})
-		_ = tb.flush()
-		if err == nil {
+		},
+		total: func(out io.Writer, n int) {
 			fmt.Fprintf(out, "%d %s settlement(s)", n, st)
 			if *olderThan > 0 {
 				fmt.Fprintf(out, " in the state for %s or more", *olderThan)
 			}
 			fmt.Fprintln(out)
-		}
-	}
-	if err == nil {
-		err = out.Flush()
-	}
+		},
+	}, func(each func(inspect.SettlementRow) error) (int, error) {
+		return c.inspector(pool).List(ctx, opts, each)
+	})
 	if err != nil {
-		out.Flush()
 		return c.fail(" list", err)
 	}
 	return exitOK
+}
+
+// listing says how a list form prints the rows of type T it lists.
+type listing[T any] struct {
+	// key names the list in the JSON object, after the fields of head
+	// (name, value pairs, as inspect.NewJSONList takes them).
+	key  string
+	head []any
+	// header heads the table's columns, row writes one row, and total
+	// writes the line under the table, of the n rows listed.
+	header string
+	row    func(tb *blockTable, v T) error
+	total  func(out io.Writer, n int)
+}
+
+// listForm runs a list form of settle reconcile whose only flags are fs's
+// (asJSON one of them): it reads the rows with list and prints them as l
+// says.
+func listForm[T any](ctx context.Context, c *reconcileCmd, fs *flag.FlagSet, args []string, asJSON *bool, l listing[T],
+	list func(ins *inspect.Inspector, ctx context.Context, each func(T) error) (int, error)) int {
+	if _, code, done := parseAtMost(fs, args, 0); done {
+		return code
+	}
+	name := fs.Name()
+	form := name[strings.LastIndexByte(name, ' '):]
+	pool := c.open(ctx, form)
+	if pool == nil {
+		return exitError
+	}
+	defer pool.Close()
+	err := printListing(c.s.Out, *asJSON, l, func(each func(T) error) (int, error) { return list(c.inspector(pool), ctx, each) })
+	if err != nil {
+		return c.fail(form, err)
+	}
+	return exitOK
+}
+
+// printListing prints on w what list calls back with: with asJSON as
+// one JSON object, else as l's table and total. Its error is list's or
+// the writer's.
+func printListing[T any](w io.Writer, asJSON bool, l listing[T], list func(each func(T) error) (int, error)) error {
+	out := bufio.NewWriter(w)
+	var err error
+	if asJSON {
+		jl := inspect.NewJSONList(out, l.key, l.head...)
+		_, err = list(func(v T) error { return jl.Add(v) })
+		if err == nil {
+			err = jl.Close()
+		}
+	} else {
+		tb := newBlockTable(out, l.header)
+		var n int
+		n, err = list(func(v T) error { return l.row(tb, v) })
+		_ = tb.flush()
+		if err == nil {
+			l.total(out, n)
+		}
+	}
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // ---- show ----
@@ -482,31 +565,10 @@ settlement id with another payload, rejected with 409 and never applied,
 with the business fields that differ from the stored settlement.
 Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 	asJSON := fs.Bool("json", false, `print {"conflicts":[...],"count"}`)
-	if code, done := parseFlags(fs, args); done {
-		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.s.Err, "settle reconcile conflicts: unexpected arguments %q\n", fs.Args())
-		return exitError
-	}
-	pool := c.open(ctx, " conflicts")
-	if pool == nil {
-		return exitError
-	}
-	defer pool.Close()
-	out := bufio.NewWriter(c.s.Out)
-	defer out.Flush()
-	var n int
-	var err error
-	if *asJSON {
-		jl := inspect.NewJSONList(out, "conflicts")
-		_, err = c.inspector(pool).Conflicts(ctx, func(cf inspect.Conflict) error { return jl.Add(cf) })
-		if err == nil {
-			err = jl.Close()
-		}
-	} else {
-		tb := newBlockTable(out, "DETECTED\tSETTLEMENT\tEVENT\tDIFFERS (stored → incoming)\tINCOMING HASH")
-		n, err = c.inspector(pool).Conflicts(ctx, func(cf inspect.Conflict) error {
+	return listForm(ctx, c, fs, args, asJSON, listing[inspect.Conflict]{
+		key:    "conflicts",
+		header: "DETECTED\tSETTLEMENT\tEVENT\tDIFFERS (stored → incoming)\tINCOMING HASH",
+		row: func(tb *blockTable, cf inspect.Conflict) error {
 			var d []string
 			for _, f := range cf.Differences {
 				d = append(d, fmt.Sprintf("%s %s → %s", f.Field, f.Stored, f.Incoming))
@@ -520,20 +582,9 @@ Exit 0 when it ran, whether or not there are conflicts.`, c.s)
 				ev = "-"
 			}
 			return tb.row("%s\t%s\t%s\t%s\t%s\n", cf.DetectedAt.UTC().Format(time.RFC3339), cf.SettlementID, ev, diff, cf.IncomingHash)
-		})
-		_ = tb.flush()
-		if err == nil {
-			fmt.Fprintf(out, "%d conflict(s)\n", n)
-		}
-	}
-	if err == nil {
-		err = out.Flush()
-	}
-	if err != nil {
-		out.Flush()
-		return c.fail(" conflicts", err)
-	}
-	return exitOK
+		},
+		total: func(out io.Writer, n int) { fmt.Fprintf(out, "%d conflict(s)\n", n) },
+	}, (*inspect.Inspector).Conflicts)
 }
 
 // ---- rejects ----
@@ -548,46 +599,14 @@ whole body (raw) and then acknowledged; transport_id is the broker's own id of
 the message (the JetStream stream sequence).
 Exit 0 when it ran, whether or not there are rejects.`, c.s)
 	asJSON := fs.Bool("json", false, `print {"rejects":[{"id","source","transport_id","received_at","reason","size"}],"count"}`)
-	if code, done := parseFlags(fs, args); done {
-		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.s.Err, "settle reconcile rejects: unexpected arguments %q\n", fs.Args())
-		return exitError
-	}
-	pool := c.open(ctx, " rejects")
-	if pool == nil {
-		return exitError
-	}
-	defer pool.Close()
-	out := bufio.NewWriter(c.s.Out)
-	defer out.Flush()
-	var n int
-	var err error
-	if *asJSON {
-		jl := inspect.NewJSONList(out, "rejects")
-		_, err = c.inspector(pool).Rejects(ctx, func(r inspect.Reject) error { return jl.Add(r) })
-		if err == nil {
-			err = jl.Close()
-		}
-	} else {
-		tb := newBlockTable(out, "RECEIVED\tSOURCE\tTRANSPORT ID\tSIZE\tREASON")
-		n, err = c.inspector(pool).Rejects(ctx, func(r inspect.Reject) error {
+	return listForm(ctx, c, fs, args, asJSON, listing[inspect.Reject]{
+		key:    "rejects",
+		header: "RECEIVED\tSOURCE\tTRANSPORT ID\tSIZE\tREASON",
+		row: func(tb *blockTable, r inspect.Reject) error {
 			return tb.row("%s\t%s\t%s\t%d\t%s\n", r.ReceivedAt.UTC().Format(time.RFC3339), r.Source, r.TransportID, r.Size, r.Reason)
-		})
-		_ = tb.flush()
-		if err == nil {
-			fmt.Fprintf(out, "%d reject(s)\n", n)
-		}
-	}
-	if err == nil {
-		err = out.Flush()
-	}
-	if err != nil {
-		out.Flush()
-		return c.fail(" rejects", err)
-	}
-	return exitOK
+		},
+		total: func(out io.Writer, n int) { fmt.Fprintf(out, "%d reject(s)\n", n) },
+	}, (*inspect.Inspector).Rejects)
 }
 
 // ---- resolve ----
