@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/submit"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	kafkasrc "github.com/settle/settle/source/kafka"
@@ -93,22 +91,11 @@ func (o Options) viaKafka(ctx context.Context, k *kafkaDemo, rep *Report, stream
 	}
 	say("produced %d first deliveries to topic %s, each keyed by its settlement_id", len(stream.First), demoTopic)
 
-	first, err := startWorker(ctx, o.Executable, dbURL, bankURL, o.Bank, token, filepath.Join(dir, "worker-1.log"),
-		append(append([]string{}, env...), "SETTLE_CRASH_AT="+crash.SourceAfterCommit), k.workerArgs()...)
+	first, err := o.killedAfterCommit(ctx, pool, dbURL, bankURL, token, dir, env, k.workerArgs()...)
 	if err != nil {
 		return nil, err
 	}
-	ps, err := first.Wait(2 * time.Minute)
-	if err != nil {
-		first.Kill()
-		return nil, fmt.Errorf("the first worker was to be killed after its first commit: %w (log %s)", err, first.LogPath())
-	}
-	if !workerproc.KilledBySIGKILL(ps) {
-		return nil, fmt.Errorf("the first worker was to be killed after its first commit, but it ended %v (log %s)", ps, first.LogPath())
-	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM settlements`).Scan(&rep.Queue.KilledBatch); err != nil {
-		return nil, fmt.Errorf("error counting settlements: %w", err)
-	}
+	rep.Queue.KilledBatch = first.committed
 	say("a worker (pid %d) took a batch, committed %d settlements, and was killed (SIGKILL) before committing its offsets;",
 		first.PID(), rep.Queue.KilledBatch)
 	say("  the group keeps it as a member until its %s session runs out, then hands its partitions on", demoKafkaLease)

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/submit"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	natssrc "github.com/settle/settle/source/nats"
@@ -113,27 +111,12 @@ func (o Options) viaNATS(ctx context.Context, rep *Report, stream Stream, pool *
 
 	// A worker killed after its first commit, before its ack.
 	args, srcEnv := natsWorkerArgs(o.NATSURL)
-	first, err := startWorker(ctx, o.Executable, dbURL, bankURL, o.Bank, token, filepath.Join(dir, "worker-1.log"),
-		append(append(append([]string{}, env...), srcEnv...), "SETTLE_CRASH_AT="+crash.SourceAfterCommit), args...)
+	first, err := o.killedAfterCommit(ctx, pool, dbURL, bankURL, token, dir, append(append([]string{}, env...), srcEnv...), args...)
 	if err != nil {
 		held.Close()
 		return nil, err
 	}
-	ps, err := first.Wait(2 * time.Minute)
-	if err != nil {
-		held.Close()
-		first.Kill()
-		return nil, fmt.Errorf("the first worker was to be killed after its first commit: %w (log %s)", err, first.LogPath())
-	}
-	if !workerproc.KilledBySIGKILL(ps) {
-		held.Close()
-		first.Kill()
-		return nil, fmt.Errorf("the first worker was to be killed after its first commit, but it ended %v (log %s)", ps, first.LogPath())
-	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM settlements`).Scan(&rep.Queue.KilledBatch); err != nil {
-		held.Close()
-		return nil, fmt.Errorf("error counting settlements: %w", err)
-	}
+	rep.Queue.KilledBatch = first.committed
 	say("a worker (pid %d) took a batch, committed %d settlements, and was killed (SIGKILL) before acknowledging it",
 		first.PID(), rep.Queue.KilledBatch)
 	time.Sleep(time.Until(fetchedAt.Add(demoLease)))

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/submit"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 	sqssrc "github.com/settle/settle/source/sqs"
@@ -78,22 +76,11 @@ func (o Options) viaSQS(ctx context.Context, rep *Report, stream Stream, pool *p
 	say("a consumer received %d of them and went silent: no delete, no visibility change; their %s visibility timeout runs out", len(msgs), demoLease)
 
 	args, srcEnv := o.SQS.workerArgs()
-	first, err := startWorker(ctx, o.Executable, dbURL, bankURL, o.Bank, token, filepath.Join(dir, "worker-1.log"),
-		append(append(append([]string{}, env...), srcEnv...), "SETTLE_CRASH_AT="+crash.SourceAfterCommit), args...)
+	first, err := o.killedAfterCommit(ctx, pool, dbURL, bankURL, token, dir, append(append([]string{}, env...), srcEnv...), args...)
 	if err != nil {
 		return nil, err
 	}
-	ps, err := first.Wait(2 * time.Minute)
-	if err != nil {
-		first.Kill()
-		return nil, fmt.Errorf("the first worker was to be killed after its first commit: %w (log %s)", err, first.LogPath())
-	}
-	if !workerproc.KilledBySIGKILL(ps) {
-		return nil, fmt.Errorf("the first worker was to be killed after its first commit, but it ended %v (log %s)", ps, first.LogPath())
-	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM settlements`).Scan(&rep.Queue.KilledBatch); err != nil {
-		return nil, fmt.Errorf("error counting settlements: %w", err)
-	}
+	rep.Queue.KilledBatch = first.committed
 	say("a worker (pid %d) received a batch, committed %d settlements, and was killed (SIGKILL) before deleting it",
 		first.PID(), rep.Queue.KilledBatch)
 	time.Sleep(time.Until(fetchedAt.Add(demoLease)))

@@ -2,8 +2,12 @@ package demo
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/settle/settle/internal/crash"
 	"github.com/settle/settle/internal/settlecmd/workerproc"
 )
 
@@ -42,6 +46,40 @@ func startWorker(ctx context.Context, exe, dbURL, bankURL, bank, token, logPath 
 		KeepSettleEnv: []string{"SETTLE_HOME", "SETTLE_PG_BINDIR"},
 		DieWithParent: true,
 	})
+}
+
+// killedWorker is a worker the crash point source.after_commit killed.
+type killedWorker struct {
+	*workerproc.Proc
+	// committed counts the settlements it committed before it died: its
+	// first batch.
+	committed int
+}
+
+// killedAfterCommit starts a worker as startWorker does (its log
+// worker-1.log in dir) that the crash point source.after_commit kills
+// after it commits its first batch of events, before it acknowledges
+// them, and returns it once it died so.
+func (o Options) killedAfterCommit(ctx context.Context, pool *pgxpool.Pool, dbURL, bankURL, token, dir string, env []string, args ...string) (killedWorker, error) {
+	p, err := startWorker(ctx, o.Executable, dbURL, bankURL, o.Bank, token, filepath.Join(dir, "worker-1.log"),
+		append(append([]string{}, env...), "SETTLE_CRASH_AT="+crash.SourceAfterCommit), args...)
+	if err != nil {
+		return killedWorker{}, err
+	}
+	ps, err := p.Wait(2 * time.Minute)
+	if err != nil {
+		p.Kill()
+		return killedWorker{}, fmt.Errorf("the first worker was to be killed after its first commit: %w (log %s)", err, p.LogPath())
+	}
+	if !workerproc.KilledBySIGKILL(ps) {
+		p.Kill()
+		return killedWorker{}, fmt.Errorf("the first worker was to be killed after its first commit, but it ended %v (log %s)", ps, p.LogPath())
+	}
+	w := killedWorker{Proc: p}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM settlements`).Scan(&w.committed); err != nil {
+		return killedWorker{}, fmt.Errorf("error counting settlements: %w", err)
+	}
+	return w, nil
 }
 
 // workerStopTimeout is how long the worker has to stop gracefully before
