@@ -104,13 +104,13 @@ func Open(ctx context.Context, c Config) (*DB, error) {
 				return fail(fmt.Errorf("error parsing the database URL: %w", err))
 			}
 			if cfg.Database == c.Fresh {
-				adminURL = withDB(c.URL, "postgres")
+				adminURL = WithDB(c.URL, "postgres")
 			}
 		}
 		if err := recreate(ctx, adminURL, c.Fresh); err != nil {
 			return fail(err)
 		}
-		d.URL = withDB(adminURL, c.Fresh)
+		d.URL = WithDB(adminURL, c.Fresh)
 		if d.Cluster != nil {
 			d.URL = d.Cluster.URL(c.Fresh)
 		}
@@ -152,9 +152,9 @@ func recreate(ctx context.Context, adminURL, name string) error {
 	return nil
 }
 
-// withDB returns connection string u pointing at database db; u may be a
+// WithDB returns connection string u pointing at database db; u may be a
 // URL or a keyword/value string.
-func withDB(u, db string) string {
+func WithDB(u, db string) string {
 	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
 		if pu, err := url.Parse(u); err == nil {
 			pu.Path = "/" + db

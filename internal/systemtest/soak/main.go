@@ -17,7 +17,9 @@
 // absolute slack per series fails the run.
 //
 // It owns nothing the engine uses; it must leave no process or cluster
-// behind (the cluster's watchdog removes it even if soak is killed).
+// behind (the cluster's watchdog removes it even if soak is killed). Its
+// pool is database.Connect's on the URL of the private cluster it started:
+// that URL is given, so there is nothing for database.Open to decide.
 package main
 
 import (

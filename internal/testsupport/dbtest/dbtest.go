@@ -3,6 +3,10 @@
 // rows. With DATABASE_URL unset it starts a private throwaway cluster (the
 // same code as settle's embedded default) once per test binary; Main stops
 // it, and a watchdog stops it even if the binary is killed.
+//
+// A test's pool is database.Connect's (settle's limits) on the URL of the
+// test's own database: the URL is given, so there is nothing for
+// database.Open to decide; the template is prepared over a plain pool.
 package dbtest
 
 import (
@@ -11,9 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,7 +89,7 @@ func doSetup() error {
 			return fmt.Errorf("error parsing DATABASE_URL: %w", err)
 		}
 		adminURL = u
-		urlOf = func(db string) string { return replaceDB(u, db) }
+		urlOf = func(db string) string { return database.WithDB(u, db) }
 	} else {
 		var err error
 		home, err = os.MkdirTemp("", "settle-test-")
@@ -164,19 +166,6 @@ func makeTemplate(ctx context.Context) error {
 	}
 	_, err = conn.Exec(ctx, "UPDATE pg_database SET datistemplate = true WHERE datname = $1", template)
 	return err
-}
-
-// replaceDB returns connection string u pointing at database db; u may be a
-// URL or a keyword/value string.
-func replaceDB(u, db string) string {
-	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
-		pu, err := url.Parse(u)
-		if err == nil {
-			pu.Path = "/" + db
-			return pu.String()
-		}
-	}
-	return u + " dbname=" + db
 }
 
 // DB is one test's private, migrated database.
