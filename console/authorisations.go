@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/settle/settle/bankclient"
+	"github.com/settle/settle/internal/database/dberr"
 	"github.com/settle/settle/reconcile"
 	"github.com/settle/settle/settlement"
 )
@@ -108,8 +109,7 @@ func (c *Console) callback(w http.ResponseWriter, r *http.Request) {
 		c.callbackAnswer(w, http.StatusBadRequest, "Unknown authorisation", "This page does not belong to an authorisation we asked for. Nothing was done.")
 		return
 	case err != nil:
-		c.log.Error("console: error reading an authorisation", "error", err)
-		c.callbackAnswer(w, http.StatusServiceUnavailable, "Please try again", "We could not record your answer just now. Open the link you were sent again in a minute.")
+		c.callbackFailed(w, err, "console: error reading an authorisation")
 		return
 	}
 	res := c.resolverOfBank(bank)
@@ -147,9 +147,21 @@ func (c *Console) callback(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &wrong):
 		c.callbackAnswer(w, http.StatusBadRequest, "Wrong address", "This authorisation belongs to another of our servers. Nothing was done.")
 	default:
-		c.log.Error("console: error completing an authorisation", "settlement_id", rd.SettlementID, "error", err)
-		c.callbackAnswer(w, http.StatusServiceUnavailable, "Please try again", "We could not record your answer just now. Open the link you were sent again in a minute.")
+		c.callbackFailed(w, err, "console: error completing an authorisation", "settlement_id", rd.SettlementID)
 	}
+}
+
+// callbackFailed answers a return that failed on our side, logged once
+// here with msg and args: 503 when the database is unavailable now
+// (dberr.Unavailable: the account holder opens the link again in a
+// minute), 500 for anything else, which trying again would not mend.
+func (c *Console) callbackFailed(w http.ResponseWriter, err error, msg string, args ...any) {
+	c.log.Error(msg, append(args, "error", err)...)
+	if dberr.Unavailable(err) {
+		c.callbackAnswer(w, http.StatusServiceUnavailable, "Please try again", "We could not record your answer just now. Open the link you were sent again in a minute.")
+		return
+	}
+	c.callbackAnswer(w, http.StatusInternalServerError, "Not recorded", "We could not record your answer because of an error on our side, which we have logged. Please tell whoever asked you for the payment.")
 }
 
 // checkSoon has settlement id checked now that its authorisation came
