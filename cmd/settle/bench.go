@@ -86,12 +86,31 @@ Figures and their baselines:
   e2e_latency100_per_s   e2e_per_s with a bank answering in 100 ms, against
                          e2e_latency100_bound_per_s = bank concurrency / 100 ms;
                          target >= 0.8 x the bound
+  e2e_latency10_per_s, e2e_latency1000_per_s
+                         the same at 10 ms and at 1 s, each against its bound
+                         (e2e_latency10_bound_per_s, e2e_latency1000_bound_per_s;
+                         target >= 0.8 x); as many settlements as the bound
+                         pays in twice --duration
+  life_bank_calls_per_settlement, life_wal_bytes_per_settlement,
+  life_rows_per_settlement, life_commits_per_settlement,
+  life_jobs_per_settlement
+                         what a settlement costs over its whole life, the
+                         return watch included: paid at once by a worker with
+                         a short --return-watch (life_return_watch_s, its
+                         checks scaled down alike) and measured until the
+                         watch is over; the watch in rounds (the default),
+                         and as life_own_checks_* with a check of its own per
+                         settlement (--return-watch-rounds=false)
   replay_p50/p99_us_1e4  latency of one redelivery (200, Idempotent-Replayed)
   replay_p50/p99_us_1e6  with 10^4 and 10^6 receipts in the table (filled with
                          generate_series in chunks, with no statement
                          timeout); target p99 at 1e6 <= 1.3 x at 1e4
   worker_peak_rss_mb     the worker's peak resident set (VmHWM) over the e2e
                          runs; target <= 150
+
+--grid runs the intake baseline and then e2e_per_s for each intake batch
+size (10, 100, 1000) and worker bank concurrency (16, 100), and prints the
+grid as a Markdown table for BENCHMARKS.md (JSON: grid).
 
 Every phase either finishes or fails naming itself and why.
 --quick runs every figure in a few minutes on a small machine (the 10^6
@@ -107,6 +126,7 @@ func cmdBench(ctx context.Context, args []string, s Stdio) int {
 	bankConcurrency := fs.Int("bank-concurrency", 0, "the worker's --bank-concurrency, also used by the River baseline (default: the worker's default)")
 	cpuProfile := fs.String("worker-cpuprofile", "", "write a CPU profile of the worker under the e2e load to this file")
 	poolSize := fs.Int("db-max-conns", 0, "the worker's --db-max-conns, also the River baseline's pool size (default: the worker's default)")
+	grid := fs.Bool("grid", false, "run the grid instead: e2e_per_s over intake batch sizes and the worker's bank concurrency, as a Markdown table")
 	only := fs.String("only", "", "run only these phases, comma-separated ("+strings.Join(bench.Phases, ", ")+"); for experiments")
 	var workerArgs stringList
 	fs.Var(&workerArgs, "worker-arg", "add this argument to the worker's command line (repeatable; for experiments: the figures of record use the worker's defaults)")
@@ -139,6 +159,7 @@ func cmdBench(ctx context.Context, args []string, s Stdio) int {
 			}
 		}
 	}
+	cfg.Grid = *grid
 	cfg.WorkerArgs = workerArgs
 	cfg.WorkerPoolSize = *poolSize
 	if cfg.BatchSize > intake.MaxBatch || *duration < 0 || *concurrency < 0 || *batch < 0 || *bankConcurrency < 0 || *poolSize < 0 {

@@ -64,11 +64,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		{"intake", func() error { return measureIntake(ctx, cfg, pool, benchURL, trips, r) }},
 		{"river", func() error { return measureRiver(ctx, cfg, pool, benchURL, r) }},
 		{"e2e", func() error { return measureE2E(ctx, cfg, pool, benchURL, trips, r) }},
+		{"watch", func() error { return measureLife(ctx, cfg, pool, benchURL, r) }},
 		{"funds", func() error { return measureFunds(ctx, cfg, pool, benchURL, r) }},
 		{"replay", func() error { return measureReplay(ctx, cfg, pool, benchURL, r) }},
+		{"grid", func() error { return measureGrid(ctx, cfg, pool, benchURL, r) }},
 	}
 	for i, p := range phases {
-		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, p.name) {
+		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, p.name) || len(cfg.Only) == 0 && p.name == "grid" {
 			continue
 		}
 		if i > 0 {

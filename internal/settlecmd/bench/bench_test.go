@@ -29,6 +29,28 @@ var requiredFields = []string{
 	"e2e_funds_per_s", "e2e_no_funds_per_s", "e2e_funds_hot_per_s", "e2e_hot_per_s",
 	"wal_bytes_per_settlement", "bank_calls_per_settlement", "worker_cpu_s_per_1k_settlements",
 	"postgres_cpu_s_per_1k_settlements", "e2e_confirm_p50_ms", "e2e_confirm_p99_ms",
+	"e2e_latency10_per_s", "e2e_latency10_bound_per_s", "e2e_latency1000_per_s", "e2e_latency1000_bound_per_s",
+	"life_return_watch_s", "life_bank_calls_per_settlement", "life_wal_bytes_per_settlement", "life_rows_per_settlement",
+	"life_commits_per_settlement", "life_jobs_per_settlement",
+	"life_own_checks_bank_calls_per_settlement", "life_own_checks_wal_bytes_per_settlement",
+	"life_own_checks_rows_per_settlement", "life_own_checks_commits_per_settlement", "life_own_checks_jobs_per_settlement",
+}
+
+// benchDB is the admin URL of the test cluster and the name of a
+// benchmark database dropped when the test ends, and a context that ends
+// in six minutes.
+func benchDB(t *testing.T, prefix string) (admin, name string, ctx context.Context) {
+	t.Helper()
+	admin = dbtest.AdminURL(t)
+	name = fmt.Sprintf("%s_%d", prefix, os.Getpid())
+	t.Cleanup(func() {
+		if err := bench.DropDatabase(context.Background(), admin, name); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	t.Cleanup(cancel)
+	return admin, name, ctx
 }
 
 // TestRunTiny runs every phase of the benchmark in a tiny configuration and
@@ -36,15 +58,7 @@ var requiredFields = []string{
 // about speed.
 func TestRunTiny(t *testing.T) {
 	t.Parallel()
-	admin := dbtest.AdminURL(t)
-	name := fmt.Sprintf("settle_bench_test_%d", os.Getpid())
-	t.Cleanup(func() {
-		if err := bench.DropDatabase(context.Background(), admin, name); err != nil {
-			t.Error(err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	admin, name, ctx := benchDB(t, "settle_bench_test")
 	res, err := bench.Run(ctx, bench.Config{
 		URL:                admin,
 		DBName:             name,
@@ -86,8 +100,8 @@ func TestRunTiny(t *testing.T) {
 	if v, ok := got["e2e_db_commits_per_settlement"].(float64); !ok || v <= 0 {
 		t.Errorf("e2e_db_commits_per_settlement = %v, want the old key kept", got["e2e_db_commits_per_settlement"])
 	}
-	if len(res.Targets) != 11 {
-		t.Errorf("got %d targets, want 11: %+v", len(res.Targets), res.Targets)
+	if len(res.Targets) != 13 {
+		t.Errorf("got %d targets, want 13: %+v", len(res.Targets), res.Targets)
 	}
 	if s, ok := got["river_best_settings"].(string); !ok || !strings.Contains(s, "MaxWorkers") {
 		t.Errorf("river_best_settings = %v, want the settings of the best River run", got["river_best_settings"])
@@ -103,15 +117,51 @@ func TestRunTiny(t *testing.T) {
 		// settlements, never none.
 		t.Errorf("jobs_per_settlement = %v, want the settlements sent by jobs", res.JobsPerSettlement)
 	}
+	if res.LifeBankCallsPerSettlement >= res.LifeOwnChecksBankCallsPerSettlement || res.LifeRowsPerSettlement >= res.LifeOwnChecksRowsPerSettlement {
+		t.Errorf("the watch in rounds cost %.2f bank calls and %.1f rows per settlement, its own checks %.2f and %.1f: want fewer in rounds",
+			res.LifeBankCallsPerSettlement, res.LifeRowsPerSettlement, res.LifeOwnChecksBankCallsPerSettlement, res.LifeOwnChecksRowsPerSettlement)
+	}
 
 	var table bytes.Buffer
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "source_nats", "source_kafka", "e2e_events", "e2e_funds") {
+	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "e2e_latency10", "e2e_latency1000", "source_nats", "source_kafka", "e2e_events", "e2e_funds") {
 		if !strings.Contains(table.String(), f) {
 			t.Errorf("table lacks %s:\n%s", f, table.String())
 		}
+	}
+}
+
+// TestRunGridTiny runs the grid in a tiny configuration: one cell per
+// batch size and bank concurrency, each with its figures, and the
+// Markdown table.
+func TestRunGridTiny(t *testing.T) {
+	t.Parallel()
+	admin, name, ctx := benchDB(t, "settle_bench_grid_test")
+	res, err := bench.Run(ctx, bench.Config{
+		URL: admin, DBName: name, DatabaseLabel: "test", WorkerCommand: []string{bintest.Build(t), "worker"},
+		Duration: 200 * time.Millisecond, Concurrency: 2, BatchSize: 10, E2ESettlements: 20,
+		Grid: true, GridBatchSizes: []int{5, 20}, GridBankConcurrency: []int{4},
+		Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Grid) != 2 || res.InsertBaselinePerS <= 0 || res.E2EPerS != 0 {
+		t.Fatalf("grid %+v, insert baseline %v, e2e_per_s %v: want two cells, the baseline and no other phase", res.Grid, res.InsertBaselinePerS, res.E2EPerS)
+	}
+	for _, c := range res.Grid {
+		if c.E2EPerS <= 0 || c.CommitsPerSettlement <= 0 || c.WALBytesPerSettlement <= 0 || c.BankConcurrency != 4 {
+			t.Errorf("grid cell %+v: want every figure", c)
+		}
+	}
+	var table bytes.Buffer
+	if err := res.WriteGrid(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "| intake batch |") || strings.Count(table.String(), "\n") != 4 {
+		t.Errorf("grid table:\n%s", table.String())
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 // the one it is pointed at.
 const DefaultDBName = "settle_bench"
 
-// Phases are the benchmark's phases, in the order they run.
-var Phases = []string{"intake", "river", "e2e", "funds", "replay"}
+// Phases are the benchmark's phases, in the order they run. The grid runs
+// only when asked for (Config.Grid, or by name in Only).
+var Phases = []string{"intake", "river", "e2e", "watch", "funds", "replay", "grid"}
 
 // Config says where and how long to measure. Zero fields take the defaults
 // of Full.
@@ -52,6 +53,13 @@ type Config struct {
 	// "e2e", "replay"); the figures of the others stay zero. For
 	// experiments: the figures of record come from a whole run.
 	Only []string
+
+	// Grid runs the intake phase (for its baseline) and the grid: e2e_per_s
+	// for each of GridBatchSizes × GridBankConcurrency (defaults
+	// DefaultGridBatchSizes, DefaultGridBankConcurrency).
+	Grid                bool
+	GridBatchSizes      []int
+	GridBankConcurrency []int
 
 	// Duration is how long each throughput loop runs.
 	Duration time.Duration
@@ -136,6 +144,15 @@ func (c Config) withDefaults() Config {
 	if c.ReplayRows[0] <= 0 || c.ReplayRows[1] <= 0 {
 		c.ReplayRows = d.ReplayRows
 	}
+	if len(c.GridBatchSizes) == 0 {
+		c.GridBatchSizes = DefaultGridBatchSizes
+	}
+	if len(c.GridBankConcurrency) == 0 {
+		c.GridBankConcurrency = DefaultGridBankConcurrency
+	}
+	if c.Grid && len(c.Only) == 0 {
+		c.Only = []string{"intake", "grid"}
+	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -148,8 +165,10 @@ func (c Config) validate() error {
 		return errors.New("error configuring the benchmark: URL is required")
 	case len(c.WorkerCommand) == 0:
 		return errors.New("error configuring the benchmark: WorkerCommand is required")
-	case c.BatchSize > 1000:
-		return errors.New("error configuring the benchmark: BatchSize is at most 1000")
+	case c.BatchSize > 1000 || slices.ContainsFunc(c.GridBatchSizes, func(n int) bool { return n < 1 || n > 1000 }):
+		return errors.New("error configuring the benchmark: a batch size is 1 to 1000")
+	case slices.ContainsFunc(c.GridBankConcurrency, func(n int) bool { return n < 1 }):
+		return errors.New("error configuring the benchmark: a bank concurrency is positive")
 	case c.ReplayRows[0] >= c.ReplayRows[1]:
 		return errors.New("error configuring the benchmark: ReplayRows must grow")
 	case slices.ContainsFunc(c.Only, func(p string) bool { return !slices.Contains(Phases, p) }):

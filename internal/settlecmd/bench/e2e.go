@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -111,7 +112,38 @@ func measureE2E(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 	if err := truncate(ctx, pool); err != nil {
 		return err
 	}
+	for _, l := range []struct {
+		latency     time.Duration
+		perS, bound *float64
+	}{
+		{10 * time.Millisecond, &r.E2ELatency10PerS, &r.E2ELatency10BoundPerS},
+		{time.Second, &r.E2ELatency1000PerS, &r.E2ELatency1000BoundPerS},
+	} {
+		if err := measureLatency(ctx, cfg, pool, dbURL, r, l.latency, l.perS, l.bound); err != nil {
+			return err
+		}
+	}
 	return measureSendCost(ctx, cfg, pool, dbURL, trips, r)
+}
+
+// measureLatency pays settlements through a fakebank that answers every
+// request in latency and sets perS and its bound, the bank concurrency
+// divided by latency. It pays as many as the bound allows in twice
+// cfg.Duration (at least 20, at most cfg.LatencySettlements), so that a
+// slow bank's run stays short.
+func measureLatency(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, r *Result, latency time.Duration, perS, bound *float64) error {
+	*bound = float64(r.BankConcurrency) / latency.Seconds()
+	n := min(cfg.LatencySettlements, max(20, int(*bound*2*cfg.Duration.Seconds())))
+	ms := latency.Milliseconds()
+	run, err := runE2E(ctx, cfg, pool, dbURL, fakebank.Faults{LatencyMinMS: ms, LatencyMaxMS: ms}, n, fmt.Sprintf("e2e-latency%d", ms))
+	if err != nil {
+		return fmt.Errorf("with a bank answering in %s: %w", latency, err)
+	}
+	*perS = run.perS
+	r.WorkerPeakRSSMB = max(r.WorkerPeakRSSMB, run.rssMB)
+	cfg.Logf("e2e_latency%d_per_s %.1f against a bound of %.0f (bank concurrency %d / %s; %d settlements)",
+		ms, *perS, *bound, r.BankConcurrency, latency, n)
+	return truncate(ctx, pool)
 }
 
 // runE2E pays n settlements through a settle worker subprocess and a
@@ -135,6 +167,12 @@ type e2eOptions struct {
 	// many accounts the payouts come from (default newEvent's 997).
 	fundsCheck bool
 	accounts   int
+	// args are added to the worker's command line.
+	args []string
+	// watchWait, when positive, keeps the worker running that long after
+	// the last settlement is confirmed, so that the run's cost includes the
+	// return watch that follows (a short --return-watch in args).
+	watchWait time.Duration
 }
 
 // runE2EWith is runE2E configured by o.
@@ -160,7 +198,9 @@ func runE2EWith(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 			return run, err
 		}
 	}
-	w, err := startWorker(ctx, cfg, dbURL, bankURL, env...)
+	wcfg := cfg
+	wcfg.WorkerArgs = append(slices.Clone(cfg.WorkerArgs), o.args...)
+	w, err := startWorker(ctx, wcfg, dbURL, bankURL, env...)
 	if err != nil {
 		return run, err
 	}
@@ -214,6 +254,14 @@ func runE2EWith(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL strin
 		}
 	}
 	run.perS = float64(n) / time.Since(start).Seconds()
+	if o.watchWait > 0 {
+		cfg.Logf("%s: every settlement confirmed; the return watch runs for %s", prefix, o.watchWait)
+		select {
+		case <-time.After(o.watchWait):
+		case <-ctx.Done():
+			return run, ctx.Err()
+		}
+	}
 	if len(sinkURL) > 0 {
 		var delivered, total int
 		for {

@@ -136,6 +136,36 @@ type Result struct {
 	// concurrency divided by that latency.
 	E2ELatency100PerS      float64 `json:"e2e_latency100_per_s"`
 	E2ELatency100BoundPerS float64 `json:"e2e_latency100_bound_per_s"`
+	// E2ELatency10PerS and E2ELatency1000PerS are the same with a bank
+	// answering in 10 ms and in 1 s, each against its bound.
+	E2ELatency10PerS        float64 `json:"e2e_latency10_per_s"`
+	E2ELatency10BoundPerS   float64 `json:"e2e_latency10_bound_per_s"`
+	E2ELatency1000PerS      float64 `json:"e2e_latency1000_per_s"`
+	E2ELatency1000BoundPerS float64 `json:"e2e_latency1000_bound_per_s"`
+
+	// The cost of a settlement over its whole life, the return watch
+	// included (the watch phase): settlements paid at once by a worker
+	// with a short --return-watch (LifeReturnWatchS seconds, its checks
+	// scaled down alike: --max-check-interval 125ms, rounds every second),
+	// measured until the watch is over. Life* is the worker's default, the
+	// watch in rounds (--return-watch-rounds); LifeOwnChecks* the same with
+	// a check of its own for each settlement (--return-watch-rounds=false),
+	// as before the rounds.
+	LifeReturnWatchS                    float64 `json:"life_return_watch_s"`
+	LifeBankCallsPerSettlement          float64 `json:"life_bank_calls_per_settlement"`
+	LifeWALBytesPerSettlement           float64 `json:"life_wal_bytes_per_settlement"`
+	LifeRowsPerSettlement               float64 `json:"life_rows_per_settlement"`
+	LifeCommitsPerSettlement            float64 `json:"life_commits_per_settlement"`
+	LifeJobsPerSettlement               float64 `json:"life_jobs_per_settlement"`
+	LifeOwnChecksBankCallsPerSettlement float64 `json:"life_own_checks_bank_calls_per_settlement"`
+	LifeOwnChecksWALBytesPerSettlement  float64 `json:"life_own_checks_wal_bytes_per_settlement"`
+	LifeOwnChecksRowsPerSettlement      float64 `json:"life_own_checks_rows_per_settlement"`
+	LifeOwnChecksCommitsPerSettlement   float64 `json:"life_own_checks_commits_per_settlement"`
+	LifeOwnChecksJobsPerSettlement      float64 `json:"life_own_checks_jobs_per_settlement"`
+
+	// Grid is e2e_per_s over intake batch sizes and the worker's bank
+	// concurrency (--grid).
+	Grid []GridCell `json:"grid,omitempty"`
 
 	// Replay latency (a redelivery through the API) at the two receipt
 	// counts of Config.ReplayRows.
@@ -202,6 +232,10 @@ func (r *Result) computeTargets() {
 			div(r.E2EFundsPerS, r.E2ENoFundsPerS), ">=", 0.8),
 		target("e2e_latency100", "e2e_latency100_per_s / e2e_latency100_bound_per_s",
 			div(r.E2ELatency100PerS, r.E2ELatency100BoundPerS), ">=", 0.8),
+		target("e2e_latency10", "e2e_latency10_per_s / e2e_latency10_bound_per_s",
+			div(r.E2ELatency10PerS, r.E2ELatency10BoundPerS), ">=", 0.8),
+		target("e2e_latency1000", "e2e_latency1000_per_s / e2e_latency1000_bound_per_s",
+			div(r.E2ELatency1000PerS, r.E2ELatency1000BoundPerS), ">=", 0.8),
 		target("replay_growth", "replay_p99_us_1e6 / replay_p99_us_1e4",
 			div(r.ReplayP99US1e6, r.ReplayP99US1e4), "<=", 1.3),
 		target("worker_rss", "worker_peak_rss_mb",
@@ -257,6 +291,21 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"e2e_hot_per_s", r.E2EHotPerS, "settlements/s, one account without the check (its holds and postings spread over the 16 shards of its balance)"},
 		{"e2e_latency100_per_s", r.E2ELatency100PerS, "settlements/s, bank answering in 100 ms"},
 		{"e2e_latency100_bound_per_s", r.E2ELatency100BoundPerS, fmt.Sprintf("settlements/s (bank concurrency %d / 100 ms)", r.BankConcurrency)},
+		{"e2e_latency10_per_s", r.E2ELatency10PerS, "settlements/s, bank answering in 10 ms"},
+		{"e2e_latency10_bound_per_s", r.E2ELatency10BoundPerS, fmt.Sprintf("settlements/s (bank concurrency %d / 10 ms)", r.BankConcurrency)},
+		{"e2e_latency1000_per_s", r.E2ELatency1000PerS, "settlements/s, bank answering in 1 s"},
+		{"e2e_latency1000_bound_per_s", r.E2ELatency1000BoundPerS, fmt.Sprintf("settlements/s (bank concurrency %d / 1 s)", r.BankConcurrency)},
+		{"life_return_watch_s", r.LifeReturnWatchS, "s of --return-watch in the watch phase (checks scaled down alike)"},
+		{"life_bank_calls_per_settlement", r.LifeBankCallsPerSettlement, "requests the bank received per settlement, paid and watched to the end (watch in rounds, the default)"},
+		{"life_wal_bytes_per_settlement", r.LifeWALBytesPerSettlement, "bytes of WAL per settlement over its whole life (rounds)"},
+		{"life_rows_per_settlement", r.LifeRowsPerSettlement, "rows written per settlement over its whole life (rounds)"},
+		{"life_commits_per_settlement", r.LifeCommitsPerSettlement, "commits per settlement over its whole life (rounds)"},
+		{"life_jobs_per_settlement", r.LifeJobsPerSettlement, "River jobs worked per settlement over its whole life (rounds)"},
+		{"life_own_checks_bank_calls_per_settlement", r.LifeOwnChecksBankCallsPerSettlement, "the same with a check of its own per settlement (--return-watch-rounds=false)"},
+		{"life_own_checks_wal_bytes_per_settlement", r.LifeOwnChecksWALBytesPerSettlement, "bytes of WAL, own checks"},
+		{"life_own_checks_rows_per_settlement", r.LifeOwnChecksRowsPerSettlement, "rows written, own checks"},
+		{"life_own_checks_commits_per_settlement", r.LifeOwnChecksCommitsPerSettlement, "commits, own checks"},
+		{"life_own_checks_jobs_per_settlement", r.LifeOwnChecksJobsPerSettlement, "River jobs worked, own checks"},
 		{"replay_p50_us_1e4", r.ReplayP50US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},
 		{"replay_p99_us_1e4", r.ReplayP99US1e4, fmt.Sprintf("µs at %d receipts", r.ReplayRows[0])},
 		{"replay_p50_us_1e6", r.ReplayP50US1e6, fmt.Sprintf("µs at %d receipts", r.ReplayRows[1])},
@@ -274,6 +323,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 			verdict = "MISS"
 		}
 		fmt.Fprintf(tw, "%s\t%.2f\t%s %g\t%s\t%s\n", t.Name, t.Ratio, t.Op, t.Bound, verdict, t.Formula)
+	}
+	if len(r.Grid) > 0 {
+		fmt.Fprintln(tw)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if err := r.WriteGrid(w); err != nil {
+			return err
+		}
 	}
 	if len(r.RiverSearch) > 0 {
 		fmt.Fprintln(tw)
