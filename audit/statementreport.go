@@ -134,13 +134,14 @@ const stmtClassifySQL = `
 		FROM j
 	)`
 
-// unmatchedSQL selects the ids of the lines no settlement explains, each
+// unmatchedSQL selects the ids of the lines no settlement explains and no
+// ledger credit took in (settle statement import --credit-prefix), each
 // booking once.
 const unmatchedSQL = `
 	SELECT DISTINCT ON (x.bk) x.id
 	FROM (SELECT e.id, ` + bookingKey + ` AS bk
 	      FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
-	      WHERE e.settlement_id IS NULL) x
+	      WHERE e.settlement_id IS NULL AND NOT ` + inspect.LineCreditedSQL + `) x
 	ORDER BY x.bk, x.id`
 
 // Run produces the report into sink and returns its counts. It fails with

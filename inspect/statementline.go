@@ -84,6 +84,34 @@ const LineProblemSQL = `CASE
 // LineIsReturnSQL holds for a line e that brings a payout back.
 const LineIsReturnSQL = `(e.direction = 'credit' AND (e.reversal OR e.return_reason IS NOT NULL))`
 
+// CreditRefSQL is the ref of the ledger posting by which a credit line e
+// of statement st brought money into a ledger account (settle statement
+// import --credit-prefix), computed by PostgreSQL so that every query
+// agrees. A line the bank gave a booking reference (entry_ref) is
+// credited once per booking, whatever the files that show it (an
+// intraday report and the day's statement, a statement sent again): the
+// ref is the reference and a digest of the booking's identity (account,
+// reference, booking date, direction, amount, detail), each text field
+// with its length so that no two bookings run together. A line without
+// one is credited once per line: its statement's digest and place.
+const CreditRefSQL = `(CASE WHEN e.entry_ref IS NULL
+	THEN ` + lineCreditRefSQL + `
+	ELSE 'statement:booking ' || left(e.entry_ref, 64) || ' ' || encode(sha256(convert_to(concat_ws(' ',
+		length(coalesce(st.account, '')), coalesce(st.account, ''), length(e.entry_ref), e.entry_ref,
+		coalesce(to_char(e.booked_on, 'YYYY-MM-DD'), '-'), e.direction, e.entry_amount_minor, e.tx_index), 'UTF8')), 'hex')
+	END)`
+
+// lineCreditRefSQL is the ref credits had before they were kept per
+// booking: the line's statement digest and place. A line credited under
+// it is credited.
+const lineCreditRefSQL = `'statement:' || st.digest || ' entry ' || e.position || ' detail ' || e.tx_index`
+
+// LineCreditedSQL holds for a line e of statement st whose money a ledger
+// credit took in (its ref is CreditRefSQL's, or the line's from before):
+// no settlement explains it, and none needs to.
+const LineCreditedSQL = `EXISTS (SELECT 1 FROM ledger_postings p WHERE p.kind = 'credit'
+	AND p.ref IN (` + CreditRefSQL + `, ` + lineCreditRefSQL + `))`
+
 // BalanceBreak is a statement whose opening balance plus its entries is not
 // its closing balance. It is no settlement's: SettlementID is always nil
 // (the contract's lists all carry the key).

@@ -201,8 +201,8 @@ func printImport(w io.Writer, r importer.ImportResult, limit int) {
 		what = fmt.Sprintf("already imported on %s as %s: nothing changed", r.ImportedAt.UTC().Format(time.RFC3339), r.ImportedAs)
 	}
 	fmt.Fprintf(w, "%s: %s, %s (%s)\n", r.File, what, r.Format, r.Digest)
-	fmt.Fprintf(w, "  %d statements, %d entries, %d lines: %d matched, %d unmatched (%d with a suggestion), %d returns, %d not booked, %d statements that do not balance\n",
-		r.Statements, r.Entries, r.Lines, r.Matched, r.Unmatched, r.Suggested, r.Returns, r.NotBooked, r.Unbalanced)
+	fmt.Fprintf(w, "  %d statements, %d entries, %d lines: %d matched, %d unmatched (%d with a suggestion), %d credited to ledger accounts, %d returns, %d not booked, %d statements that do not balance\n",
+		r.Statements, r.Entries, r.Lines, r.Matched, r.Unmatched, r.Suggested, r.Credited, r.Returns, r.NotBooked, r.Unbalanced)
 	printLines(w, "unmatched", r.UnmatchedEntries, r.Unmatched, limit)
 	printLines(w, "returned", r.Returned, r.Returns, limit)
 	printLines(w, "not booked (flagged on their settlement where they would have moved it)", r.NotBookedEntries, r.NotBooked, limit)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/ledger"
 )
 
@@ -23,7 +24,9 @@ type LedgerCredit struct {
 	AmountMinor int64  `json:"amount_minor"`
 	Currency    string `json:"currency"`
 	// Ref is the ledger posting's ref (settle ledger postings shows it):
-	// "statement:" and the line.
+	// "statement:booking", the bank's booking reference and a digest of
+	// the booking, or for a line without a booking reference "statement:"
+	// and the line (inspect.CreditRefSQL).
 	Ref string `json:"ref"`
 	// Replayed is true when the line had been credited before (the file
 	// imported again): nothing was posted twice.
@@ -36,9 +39,10 @@ type LedgerCredit struct {
 // reason, no reversal mark), with an amount in its currency, and whose
 // end-to-end reference is CreditPrefix followed by an account id, a
 // ledger credit of its amount to that account (ledger.Credit, idempotent
-// by the posting's ref, "statement:" and the line's place: importing the
-// file again posts nothing twice, and repairs a crash between the import
-// and its credits, as for the payments and returns it books). A line
+// by the posting's ref, inspect.CreditRefSQL: one per booking, so that
+// importing the file again, or another file that shows the same booking,
+// posts nothing twice, and importing it again repairs a crash between the
+// import and its credits, as for the payments and returns it books). A line
 // whose account the ledger refuses (a reserved account, an amount the
 // currency cannot hold) is listed with the error and posts nothing; the
 // others are posted all the same.
@@ -46,7 +50,8 @@ func (im *StatementImporter) credit(ctx context.Context, digest string) ([]Ledge
 	if im.CreditPrefix == "" {
 		return nil, nil
 	}
-	rows, err := im.DB.Query(ctx, `SELECT st.digest, e.position, e.tx_index, e.end_to_end_id, e.amount_minor, e.currency
+	rows, err := im.DB.Query(ctx, `SELECT st.digest, e.position, e.tx_index, e.end_to_end_id, e.amount_minor, e.currency,
+		`+inspect.CreditRefSQL+`, `+inspect.LineCreditedSQL+`
 		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
 		JOIN bank_statement_files f ON f.id = st.file_id
 		WHERE f.digest = $1 AND e.direction = 'credit' AND e.settlement_id IS NULL
@@ -56,16 +61,18 @@ func (im *StatementImporter) credit(ctx context.Context, digest string) ([]Ledge
 	if err != nil {
 		return nil, fmt.Errorf("error reading the credits of the statement: %w", err)
 	}
+	var credited []bool // the line's money was taken in before
 	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LedgerCredit, error) {
 		var (
 			c        LedgerCredit
 			stmt     string
 			pos, idx int
+			before   bool
 		)
-		err := row.Scan(&stmt, &pos, &idx, &c.Reference, &c.AmountMinor, &c.Currency)
+		err := row.Scan(&stmt, &pos, &idx, &c.Reference, &c.AmountMinor, &c.Currency, &c.Ref, &before)
 		c.Line = fmt.Sprintf("%s entry %d detail %d", stmt, pos, idx)
 		c.AccountID = strings.TrimSpace(strings.TrimPrefix(c.Reference, im.CreditPrefix))
-		c.Ref = "statement:" + c.Line
+		credited = append(credited, before)
 		return c, err
 	})
 	if err != nil {
@@ -74,6 +81,12 @@ func (im *StatementImporter) credit(ctx context.Context, digest string) ([]Ledge
 	var errs []error
 	for i := range lines {
 		c := &lines[i]
+		if credited[i] {
+			// Under this ref, or under the line's from before credits
+			// were kept per booking: posted once already.
+			c.Replayed = true
+			continue
+		}
 		res, err := ledger.Credit(ctx, im.DB, ledger.CreditRequest{AccountID: c.AccountID, AmountMinor: c.AmountMinor, Currency: c.Currency, Ref: c.Ref})
 		switch {
 		case errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrRefMismatch):

@@ -175,11 +175,13 @@ type ImportResult struct {
 	Entries    int64     `json:"entries"`
 	// Lines counts transaction details (an entry without details is one
 	// line); Matched those matched to a settlement by their reference,
-	// Suggested those with a suggestion only, Unmatched every line without
-	// a match (the suggested ones included).
+	// Suggested those with a suggestion only, Credited those that brought
+	// money into a ledger account (Credits), Unmatched every other line
+	// without a match (the suggested ones included).
 	Lines     int64 `json:"lines"`
 	Matched   int64 `json:"matched"`
 	Suggested int64 `json:"suggested"`
+	Credited  int64 `json:"credited"`
 	Unmatched int64 `json:"unmatched"`
 	// Returns counts the matched credits that bring a payout back (they
 	// carry return information: returns and reversals); Unbalanced the
@@ -258,6 +260,7 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.Reade
 	var (
 		res    ImportResult
 		digest string
+		fileID int64
 	)
 	err = pgx.BeginFunc(ctx, im.DB, func(tx pgx.Tx) error {
 		for _, sql := range []string{
@@ -280,7 +283,6 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.Reade
 			return fmt.Errorf("error reading %s: %w", name, err)
 		}
 		digest = src.digest()
-		var fileID int64
 		err = tx.QueryRow(ctx, `INSERT INTO bank_statement_files (digest, file_name, format, size_bytes)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (digest) DO NOTHING RETURNING id`,
 			digest, clean(name), string(dec.Format()), src.n).Scan(&fileID)
@@ -322,7 +324,20 @@ func (im *StatementImporter) Import(ctx context.Context, name string, r io.Reade
 			return res, err
 		}
 	}
-	if res.Credits, err = im.credit(ctx, digest); err != nil {
+	credits, err := im.credit(ctx, digest)
+	if len(credits) > 0 {
+		// The lines credited are no longer unmatched: count again.
+		fresh, rerr := im.result(ctx, im.DB, fileID)
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+		if rerr == nil {
+			fresh.File, fresh.Imported = res.File, res.Imported
+			res = fresh
+		}
+	}
+	res.Credits = credits
+	if err != nil {
 		return res, err
 	}
 	im.log().Info("statement import", "file", name, "digest", digest, "format", res.Format, "imported", res.Imported,
@@ -703,12 +718,14 @@ func (im *StatementImporter) result(ctx context.Context, q inspect.DB, id int64)
 	}
 	res.Format = statement.Format(format)
 	err = q.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE e.match = 'reference'),
-		count(*) FILTER (WHERE e.match = 'suggested'), count(*) FILTER (WHERE e.match <> 'reference'),
+		count(*) FILTER (WHERE e.match = 'suggested'),
+		count(*) FILTER (WHERE e.match <> 'reference' AND `+inspect.LineCreditedSQL+`),
+		count(*) FILTER (WHERE e.match <> 'reference' AND NOT `+inspect.LineCreditedSQL+`),
 		count(*) FILTER (WHERE e.match = 'reference' AND `+inspect.LineIsReturnSQL+`),
 		count(*) FILTER (WHERE e.match = 'reference' AND (`+inspect.LineProblemSQL+`) IS NOT NULL)
 		FROM bank_statement_entries e JOIN bank_statements st ON st.id = e.statement_id
 		LEFT JOIN settlements s ON s.settlement_id = e.settlement_id WHERE st.file_id = $1`, id).
-		Scan(&res.Lines, &res.Matched, &res.Suggested, &res.Unmatched, &res.Returns, &res.NotBooked)
+		Scan(&res.Lines, &res.Matched, &res.Suggested, &res.Credited, &res.Unmatched, &res.Returns, &res.NotBooked)
 	if err != nil {
 		return res, fmt.Errorf("error counting the import's lines: %w", err)
 	}
@@ -720,7 +737,7 @@ func (im *StatementImporter) result(ctx context.Context, q inspect.DB, id int64)
 		to    *[]inspect.StatementLine
 		what  string
 	}{
-		{"e.settlement_id IS NULL", &res.UnmatchedEntries, "unmatched lines"},
+		{"e.settlement_id IS NULL AND NOT " + inspect.LineCreditedSQL, &res.UnmatchedEntries, "unmatched lines"},
 		{"e.settlement_id IS NOT NULL AND " + inspect.LineIsReturnSQL, &res.Returned, "returns"},
 		{"e.settlement_id IS NOT NULL AND EXISTS (SELECT 1 FROM settlements s WHERE s.settlement_id = e.settlement_id AND (" +
 			inspect.LineProblemSQL + ") IS NOT NULL)", &res.NotBookedEntries, "lines not booked"},
