@@ -11,11 +11,11 @@ import (
 
 // Heartbeats of the banks workers serve (bank_workers): a running worker
 // refreshes each of its banks every BankHeartbeat; a bank none refreshed
-// within BankWorkerGone has no worker. Times are the database's, so that
+// within bankWorkerGone has no worker. Times are the database's, so that
 // the workers' clocks need not agree.
 const (
 	BankHeartbeat  = 5 * time.Second
-	BankWorkerGone = 30 * time.Second
+	bankWorkerGone = 30 * time.Second
 )
 
 // Execer runs a statement; *pgxpool.Pool and pgx.Tx satisfy it.
@@ -39,10 +39,10 @@ type RowQuerier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// LiveBanks lists the banks some worker served within BankWorkerGone.
+// LiveBanks lists the banks some worker served within bankWorkerGone.
 func LiveBanks(ctx context.Context, db RowQuerier) ([]string, error) {
 	rows, err := db.Query(ctx, `SELECT bank FROM bank_workers WHERE seen_at > now() - $1::bigint * interval '1 millisecond' ORDER BY bank`,
-		BankWorkerGone.Milliseconds())
+		bankWorkerGone.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("error reading the banks served: %w", err)
 	}
@@ -53,10 +53,10 @@ func LiveBanks(ctx context.Context, db RowQuerier) ([]string, error) {
 	return banks, nil
 }
 
-// WaitingReason says why an open settlement of bank does not move when no
+// waitingReason says why an open settlement of bank does not move when no
 // worker of its bank runs ("waiting for a worker of bank stripe"); empty
 // when one does, or when the settlement is not open (state).
-func WaitingReason(state, bank string, live []string) string {
+func waitingReason(state, bank string, live []string) string {
 	switch state {
 	case "pending", "sent", "uncertain":
 	default:

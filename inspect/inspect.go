@@ -147,7 +147,7 @@ func (i *Inspector) Show(ctx context.Context, id string) (Story, error) {
 			return err
 		}
 		live, err := LiveBanks(ctx, tx)
-		st.Waiting = WaitingReason(string(v.Settlement.State), v.Settlement.Bank, live)
+		st.Waiting = waitingReason(string(v.Settlement.State), v.Settlement.Bank, live)
 		return err
 	})
 	if err != nil {
@@ -309,8 +309,8 @@ type ConflictPage struct {
 // ConflictsPage reads at most limit conflicts recorded after the one with
 // id after (0: from the first), keyset by id.
 func (i *Inspector) ConflictsPage(ctx context.Context, after int64, limit int) (ConflictPage, error) {
-	if limit <= 0 || limit > MaxPageSize {
-		limit = MaxPageSize
+	if limit <= 0 || limit > maxPageSize {
+		limit = maxPageSize
 	}
 	var p ConflictPage
 	err := i.readTx(ctx, func(tx pgx.Tx) error {

@@ -33,8 +33,8 @@ const (
 
 // Limits of an OperatorAction, as the schema enforces them.
 const (
-	MaxOperatorLen = 128
-	MaxNoteLen     = 4000
+	maxOperatorLen = 128
+	maxNoteLen     = 4000
 )
 
 // OperatorAction is one recorded action of an operator on a settlement:
@@ -72,14 +72,14 @@ func (a OperatorAction) Validate() error {
 		return errors.New("no settlement given")
 	case strings.TrimSpace(a.Operator) == "":
 		return errors.New("an action needs the operator's name")
-	case utf8.RuneCountInString(a.Operator) > MaxOperatorLen:
-		return fmt.Errorf("operator name longer than %d characters", MaxOperatorLen)
+	case utf8.RuneCountInString(a.Operator) > maxOperatorLen:
+		return fmt.Errorf("operator name longer than %d characters", maxOperatorLen)
 	case a.Action != OperatorNote && a.Action != OperatorResolve && a.Action != OperatorRedeliver && a.Action != OperatorForgetSink:
 		return fmt.Errorf("unknown action %q", a.Action)
 	case a.Action == OperatorNote && strings.TrimSpace(a.Detail) == "":
 		return errors.New("the note is empty")
-	case utf8.RuneCountInString(a.Detail) > MaxNoteLen:
-		return fmt.Errorf("note longer than %d characters", MaxNoteLen)
+	case utf8.RuneCountInString(a.Detail) > maxNoteLen:
+		return fmt.Errorf("note longer than %d characters", maxNoteLen)
 	case !utf8.ValidString(a.Operator + a.Detail + a.Result):
 		return errors.New("text is not valid UTF-8")
 	case a.SourceAddr != "" && net.ParseIP(a.SourceAddr) == nil:

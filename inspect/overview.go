@@ -18,11 +18,11 @@ import (
 // view, and `settle reconcile` counts them exactly).
 const ExactCountLimit = 10_000
 
-// BankWindow is how far back Overview looks at the bank's answers, and
+// bankWindow is how far back Overview looks at the bank's answers, and
 // BankSample the most calls it looks at: the last calls, read backwards on
 // the primary key, so the cost stays flat however busy the bank is.
 const (
-	BankWindow = 15 * time.Minute
+	bankWindow = 15 * time.Minute
 	BankSample = 2_000
 )
 
@@ -266,11 +266,11 @@ func boundedCount(ctx context.Context, tx pgx.Tx, from, whole string) (Count, er
 	return estimate(total), nil
 }
 
-// bankHealth reads the calls of the last BankWindow, at most the last
+// bankHealth reads the calls of the last bankWindow, at most the last
 // BankSample of them.
 func bankHealth(ctx context.Context, tx pgx.Tx, now time.Time) (BankHealth, error) {
-	h := BankHealth{Window: BankWindow}
-	since := now.Add(-BankWindow)
+	h := BankHealth{Window: bankWindow}
+	since := now.Add(-bankWindow)
 	var (
 		p95    *float64
 		read   int64

@@ -88,8 +88,8 @@ type Page struct {
 	Next Cursor
 }
 
-// MaxPageSize bounds Page's limit.
-const MaxPageSize = 500
+// maxPageSize bounds Page's limit.
+const maxPageSize = 500
 
 // Page reads at most limit settlements selected by f that come after
 // cursor after, in list order, in one read-only snapshot. It uses a keyset
@@ -99,8 +99,8 @@ func (i *Inspector) Page(ctx context.Context, f Filter, after Cursor, limit int)
 	if err := f.Validate(); err != nil {
 		return Page{}, fmt.Errorf("error listing settlements: %w", err)
 	}
-	if limit <= 0 || limit > MaxPageSize {
-		limit = MaxPageSize
+	if limit <= 0 || limit > maxPageSize {
+		limit = maxPageSize
 	}
 	var p Page
 	now := i.now()

@@ -147,7 +147,7 @@ func TestPageWalksEachFilterOnceInOrder(t *testing.T) {
 		{OlderThan: 2 * time.Hour},
 		{AccountID: "nobody"},
 	} {
-		for _, size := range []int{1, 7, 50, MaxPageSize} {
+		for _, size := range []int{1, 7, 50, maxPageSize} {
 			got := walk(t, in, flt, size)
 			if want := f.want(flt, now); !slices.Equal(got, want) {
 				t.Errorf("%+v by %d: got %d ids %v\nwant %d %v", flt, size, len(got), got, len(want), want)
@@ -239,7 +239,7 @@ func TestRecordActionIsAppendOnlyAndInTheStory(t *testing.T) {
 		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: "  "},
 		{SettlementID: "u-1", Operator: "alice", Action: "delete", Detail: "x"},
 		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: "x", SourceAddr: "not-an-address"},
-		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: string(make([]rune, MaxNoteLen+1))},
+		{SettlementID: "u-1", Operator: "alice", Action: OperatorNote, Detail: string(make([]rune, maxNoteLen+1))},
 	} {
 		if _, err := RecordAction(ctx, b.DB.Pool, bad); err == nil {
 			t.Errorf("recorded %+v", bad)

@@ -57,8 +57,8 @@ type LinePage struct {
 // settlement (a suggestion is not a match) after cursor after, newest
 // statement first, keyset on the index of the unmatched lines.
 func (i *Inspector) UnmatchedLines(ctx context.Context, after LineCursor, limit int) (LinePage, error) {
-	if limit <= 0 || limit > MaxPageSize {
-		limit = MaxPageSize
+	if limit <= 0 || limit > maxPageSize {
+		limit = maxPageSize
 	}
 	var p LinePage
 	var cursors []LineCursor
