@@ -171,7 +171,7 @@ func (c *Console) checkSoon(ctx context.Context, res *reconcile.Resolver, id str
 	if c.cfg.CheckNow != nil {
 		err = c.cfg.CheckNow(ctx, id)
 	} else {
-		_, err = res.Resolve(reconcile.WithSource(ctx, settlement.SourceWebhook), id, nil)
+		_, err = res.Resolve(reconcile.WithSource(ctx, settlement.SourceRedirect), id, nil)
 	}
 	if err != nil {
 		// The sweep checks it all the same.

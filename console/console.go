@@ -86,8 +86,10 @@ type Config struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// CheckNow has a settlement checked soon (the worker: a reconcile job
-	// on its bank's queue); used once an account holder's authorisation
-	// came back. Nil: the console resolves it itself, in the request.
+	// on its bank's queue, jobs.Inserter.CheckRedirect); used once an
+	// account holder's authorisation came back, so its transitions record
+	// settlement.SourceRedirect. Nil: the console resolves it itself, in
+	// the request, with that source.
 	CheckNow func(ctx context.Context, settlementID string) error
 	// PublicURL is the console's address as account holders' browsers
 	// reach it (scheme://host[:port]), for the redirect URI of the

@@ -121,7 +121,7 @@ func walk(t *testing.T, pool *pgxpool.Pool, id string) {
 	from := settlement.Pending
 	for _, to := range story {
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: id, From: from, To: to, Reason: "test"})
+			return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: id, From: from, To: to, Reason: "test"})
 		}); err != nil {
 			t.Error(err)
 			return

@@ -24,6 +24,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/settle/settle/intake"
+	"github.com/settle/settle/settlement"
 )
 
 // Queue names.
@@ -113,10 +114,27 @@ type ReconcileSettlementArgs struct {
 	// sweep as their source (a hint's record the webhook, any other the
 	// worker).
 	Sweep bool `json:"sweep,omitempty"`
+	// Redirect marks a hint the account holder's redirect asked for (their
+	// return from their bank after authorising a consent): its transitions
+	// record the redirect as their source rather than the webhook.
+	Redirect bool `json:"redirect,omitempty"`
 }
 
 // Kind is the River job kind.
 func (ReconcileSettlementArgs) Kind() string { return "reconcile_settlement" }
+
+// source is who asked for the check, which its transitions record.
+func (a ReconcileSettlementArgs) source() settlement.Source {
+	switch {
+	case a.Redirect:
+		return settlement.SourceRedirect
+	case a.Hint:
+		return settlement.SourceWebhook
+	case a.Sweep:
+		return settlement.SourceSweep
+	}
+	return settlement.SourceWorker
+}
 
 // InsertOpts puts the job on the bank queue.
 func (ReconcileSettlementArgs) InsertOpts() river.InsertOpts {
@@ -195,6 +213,19 @@ func sendChunks(sends []intake.SendJob, size int) [][]intake.SendJob {
 // state, and a finished job reads as running until River's completer has
 // recorded it.
 func (in Inserter) CheckNow(ctx context.Context, settlementID, bank string) error {
+	return in.checkNow(ctx, ReconcileSettlementArgs{SettlementID: settlementID, Hint: true}, bank)
+}
+
+// CheckRedirect is CheckNow for the account holder's redirect: the hint
+// it inserts records settlement.SourceRedirect. A hint already waiting,
+// the webhook's or another redirect's, takes it along with its own source.
+func (in Inserter) CheckRedirect(ctx context.Context, settlementID, bank string) error {
+	return in.checkNow(ctx, ReconcileSettlementArgs{SettlementID: settlementID, Hint: true, Redirect: true}, bank)
+}
+
+// checkNow inserts the hint args on bank's queue unless one waits.
+func (in Inserter) checkNow(ctx context.Context, args ReconcileSettlementArgs, bank string) error {
+	settlementID := args.SettlementID
 	var waiting bool
 	err := in.Client.Driver().GetExecutor().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job
 		WHERE kind = $1 AND state = 'available' AND args @> jsonb_build_object('settlement_id', $2::text, 'hint', true))`,
@@ -205,7 +236,7 @@ func (in Inserter) CheckNow(ctx context.Context, settlementID, bank string) erro
 	if waiting {
 		return nil
 	}
-	if _, err := in.Client.Insert(ctx, ReconcileSettlementArgs{SettlementID: settlementID, Hint: true}, &river.InsertOpts{Queue: QueueFor(bank)}); err != nil {
+	if _, err := in.Client.Insert(ctx, args, &river.InsertOpts{Queue: QueueFor(bank)}); err != nil {
 		return fmt.Errorf("error inserting reconcile_settlement for %s: %w", settlementID, err)
 	}
 	return nil

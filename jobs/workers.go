@@ -86,14 +86,7 @@ func (w *ReconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileSett
 		return err
 	}
 	defer release()
-	src := settlement.SourceWorker
-	switch {
-	case job.Args.Hint:
-		src = settlement.SourceWebhook
-	case job.Args.Sweep:
-		src = settlement.SourceSweep
-	}
-	rctx := reconcile.WithSource(ctx, src)
+	rctx := reconcile.WithSource(ctx, job.Args.source())
 	resolve := func() (reconcile.Outcome, error) {
 		return r.Resolve(rctx, job.Args.SettlementID, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
 			if !out.Done {

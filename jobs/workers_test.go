@@ -598,3 +598,36 @@ func TestOwnCheckKeepsTheScheduleAfterALostRace(t *testing.T) {
 	}
 	checktest.CheckInvariants(t, b.db.Pool, b.url, audit.Expect{Recovered: true})
 }
+
+// TestCheckRedirectRecordsTheRedirect: the account holder's redirect
+// inserts a hint check whose transitions record the redirect, not a bank's
+// webhook; a webhook's hint records the webhook, the sweep's check the
+// sweep, any other the worker.
+func TestCheckRedirectRecordsTheRedirect(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakebank.Faults{}, false, nil)
+	ctx := t.Context()
+	if err := (Inserter{Client: b.client}).CheckRedirect(ctx, "st-redirect", "settle"); err != nil {
+		t.Fatal(err)
+	}
+	var args ReconcileSettlementArgs
+	if err := b.db.Pool.QueryRow(ctx, `SELECT args FROM river_job WHERE kind = 'reconcile_settlement' AND args->>'settlement_id' = 'st-redirect'`).
+		Scan(&args); err != nil {
+		t.Fatal(err)
+	}
+	if !args.Hint || args.source() != settlement.SourceRedirect {
+		t.Errorf("the redirect's check %+v records %q, want a hint recording redirect", args, args.source())
+	}
+	for _, tc := range []struct {
+		args ReconcileSettlementArgs
+		want settlement.Source
+	}{
+		{ReconcileSettlementArgs{Hint: true}, settlement.SourceWebhook},
+		{ReconcileSettlementArgs{Sweep: true}, settlement.SourceSweep},
+		{ReconcileSettlementArgs{}, settlement.SourceWorker},
+	} {
+		if got := tc.args.source(); got != tc.want {
+			t.Errorf("%+v records %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}

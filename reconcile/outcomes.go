@@ -33,9 +33,7 @@ func (r *Resolver) record(ctx context.Context, f facts, d Decision, att attempt,
 		return r.apply(ctx, f, d, att, hook)
 	}
 	r.outcomesOnce.Do(func() { r.outcomes = &outcomeGroup{r: r, inFlight: r.OutcomeGroup} })
-	o := r.prepare(f, d, att, hook)
-	o.source = sourceOf(ctx)
-	return r.outcomes.record(ctx, o)
+	return r.outcomes.record(ctx, r.prepare(ctx, f, d, att, hook))
 }
 
 // outcomeGroup gathers the outcomes of concurrent sends into shared

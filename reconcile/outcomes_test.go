@@ -51,11 +51,11 @@ func TestOutcomeGroupEachAsAlone(t *testing.T) {
 			hooked[id] = state == "confirmed"
 			return nil
 		}
-		group = append(group, &outcomeWaiter{ctx: ctx, o: r.prepare(f, d, attempt{}, hook), done: make(chan struct{})})
+		group = append(group, &outcomeWaiter{ctx: ctx, o: r.prepare(ctx, f, d, attempt{}, hook), done: make(chan struct{})})
 	}
 	// Another process fails g-lost between its decision and its record.
 	if err := pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-		return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "g-lost", From: settlement.Pending, To: settlement.Failed, Reason: "test"})
+		return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "g-lost", From: settlement.Pending, To: settlement.Failed, Reason: "test"})
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -596,9 +596,7 @@ func (r *Resolver) search(ctx context.Context, f facts) (Answer, bool, error) {
 // bank's facts, the flag and the next check, then hook. A lost race rolls
 // it back, records the answer alone and reports Done.
 func (r *Resolver) apply(ctx context.Context, f facts, d Decision, att attempt, hook TxHook) (Outcome, error) {
-	o := r.prepare(f, d, att, hook)
-	o.source = sourceOf(ctx)
-	return r.applyOutcome(ctx, o)
+	return r.applyOutcome(ctx, r.prepare(ctx, f, d, att, hook))
 }
 
 // applyOutcome records a prepared outcome in a transaction of its own.
@@ -654,8 +652,9 @@ type outcome struct {
 }
 
 // prepare works out what recording decision d about f means: the outcome
-// the caller gets, the flag, the next check and the bank's facts.
-func (r *Resolver) prepare(f facts, d Decision, att attempt, hook TxHook) *outcome {
+// the caller gets, the flag, the next check and the bank's facts, and
+// who asked for it (the source ctx names, WithSource).
+func (r *Resolver) prepare(ctx context.Context, f facts, d Decision, att attempt, hook TxHook) *outcome {
 	now := r.now()
 	flagReason := f.FlagReason
 	switch {
@@ -674,7 +673,7 @@ func (r *Resolver) prepare(f facts, d Decision, att attempt, hook TxHook) *outco
 		}
 		d.NextCheckAt = r.policy().watchDelay(fc, now)
 	}
-	o := &outcome{f: f, d: d, att: att, hook: hook, now: now, flagReason: flagReason}
+	o := &outcome{f: f, d: d, att: att, hook: hook, now: now, flagReason: flagReason, source: sourceOf(ctx)}
 	o.out = Outcome{SettlementID: f.SettlementID, State: d.To, FlagReason: flagReason, Decision: d, NextCheckAt: d.NextCheckAt}
 	o.out.Done = d.To.Terminal() || (d.NextCheckAt.IsZero() && !d.Resend && !d.Pay)
 	if !d.NextCheckAt.IsZero() && (!d.To.Terminal() || d.To == settlement.Confirmed) {

@@ -68,10 +68,10 @@ func TestEventsOfAStory(t *testing.T) {
 		return statemachine.Created(ctx, tx, "received", at, "st1")
 	})
 	step(func(tx pgx.Tx) error {
-		return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "st1", From: settlement.Pending, To: settlement.Sent, Reason: "accepted", At: at})
+		return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "st1", From: settlement.Pending, To: settlement.Sent, Reason: "accepted", At: at})
 	})
 	step(func(tx pgx.Tx) error {
-		return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "st1", From: settlement.Sent, To: settlement.Uncertain, Reason: "timeout", At: at})
+		return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "st1", From: settlement.Sent, To: settlement.Uncertain, Reason: "timeout", At: at})
 	})
 	step(func(tx pgx.Tx) error { return statemachine.Flag(ctx, tx, "st1", "key_ttl_passed", at) })
 	step(func(tx pgx.Tx) error { return statemachine.Flag(ctx, tx, "st1", "key_ttl_passed", at) }) // no change, no event
@@ -81,7 +81,7 @@ func TestEventsOfAStory(t *testing.T) {
 			statemachine.Conflict{SettlementID: "st1", StoredHash: "sha256:00", IncomingHash: "sha256:02", EventID: "e9"})
 	})
 	step(func(tx pgx.Tx) error {
-		if err := statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "st1", From: settlement.Uncertain, To: settlement.Confirmed, Reason: "settled", At: at}); err != nil {
+		if err := statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "st1", From: settlement.Uncertain, To: settlement.Confirmed, Reason: "settled", At: at}); err != nil {
 			return err
 		}
 		if err := statemachine.Flag(ctx, tx, "st1", "", at); err != nil { // clearing writes no event
@@ -230,7 +230,7 @@ func TestEventsNumberedUnderConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "c1", From: settlement.Pending, To: settlement.Sent, Reason: "x"}); err != nil {
+	if err := statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "c1", From: settlement.Pending, To: settlement.Sent, Reason: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	_ = tx.Rollback(ctx)

@@ -52,7 +52,7 @@ func TestLedgerEffectsOfTransitions(t *testing.T) {
 	move := func(id string, from, to settlement.State) {
 		t.Helper()
 		step(func(tx pgx.Tx) error {
-			return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: id, From: from, To: to, Reason: "test", At: at})
+			return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: id, From: from, To: to, Reason: "test", At: at})
 		})
 	}
 	want := func(posted, held int64) {
@@ -113,7 +113,7 @@ func TestLedgerLostRaceWritesNothing(t *testing.T) {
 	if err := statemachine.Created(ctx, b.tx, "received", time.Time{}, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed})
+	err := statemachine.Transition(ctx, b.tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed})
 	if err == nil {
 		t.Fatal("a transition from the wrong state happened")
 	}

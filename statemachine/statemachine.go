@@ -46,6 +46,10 @@ var ErrForbidden = errors.New("transition not allowed")
 // expected state any more: another process moved it first.
 var ErrLostRace = errors.New("settlement is no longer in the expected state")
 
+// ErrNoSource is returned for a Change that does not say who moved the
+// settlement (Change.Source): a bug of the caller, never defaulted.
+var ErrNoSource = errors.New("transition without a source")
+
 // TransitionError describes a transition that did not happen.
 type TransitionError struct {
 	SettlementID string
@@ -76,8 +80,9 @@ type Change struct {
 	From, To     settlement.State
 	// Reason is recorded with the transition ("bank accepted", …).
 	Reason string
-	// Source is who moved it (settlement_transitions.source); empty is
-	// settlement.SourceWorker.
+	// Source is who moved it (settlement_transitions.source): required,
+	// so that a writer that forgets it fails (ErrNoSource) rather than
+	// recording someone else.
 	Source settlement.Source
 	// At is the time of the transition (the injected clock).
 	At time.Time
@@ -108,7 +113,7 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 		c.At = time.Now()
 	}
 	if c.Source == "" {
-		c.Source = settlement.SourceWorker
+		return fmt.Errorf("error moving settlement %s from %s to %s: %w", c.SettlementID, c.From, c.To, ErrNoSource)
 	}
 	set := ""
 	if c.Set != "" {

@@ -82,7 +82,7 @@ func TestTransitionEveryPair(t *testing.T) {
 				if _, err := b.tx.Exec(ctx, "UPDATE settlements SET state = $1 WHERE settlement_id = 's1'", string(from)); err != nil {
 					t.Fatal(err)
 				}
-				err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: from, To: to, Reason: "test", At: time.Unix(1700000000, 0)})
+				err := statemachine.Transition(ctx, b.tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "s1", From: from, To: to, Reason: "test", At: time.Unix(1700000000, 0)})
 				var state string
 				var history int
 				if err := b.tx.QueryRow(ctx, "SELECT state, (SELECT count(*) FROM settlement_transitions WHERE settlement_id = 's1') FROM settlements WHERE settlement_id = 's1'").Scan(&state, &history); err != nil {
@@ -108,12 +108,12 @@ func TestTransitionLostRaceAndNotFound(t *testing.T) {
 	b := setup(t, db)
 	ctx := context.Background()
 	// The settlement is pending; a worker believing it is sent loses.
-	err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed, Reason: "test"})
+	err := statemachine.Transition(ctx, b.tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed, Reason: "test"})
 	var te *statemachine.TransitionError
 	if !errors.Is(err, statemachine.ErrLostRace) || !errors.As(err, &te) || te.Actual != settlement.Pending {
 		t.Fatalf("err = %v, want lost race with actual pending", err)
 	}
-	err = statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "nope", From: settlement.Pending, To: settlement.Sent, Reason: "test"})
+	err = statemachine.Transition(ctx, b.tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "nope", From: settlement.Pending, To: settlement.Sent, Reason: "test"})
 	if !errors.Is(err, settlement.ErrNotFound) {
 		t.Fatalf("err = %v, want not found", err)
 	}
@@ -138,7 +138,7 @@ func TestConcurrentTransitionsOneWinner(t *testing.T) {
 		}
 		go func() {
 			errs <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-				return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "r1", From: settlement.Sent, To: to, Reason: "race"})
+				return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "r1", From: settlement.Sent, To: to, Reason: "race"})
 			})
 		}()
 	}
@@ -295,7 +295,7 @@ func TestTransitionSetRewritesTheRowOnce(t *testing.T) {
 	countRowVersions(t, db)
 	b := setup(t, db)
 	ctx := context.Background()
-	err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Pending, To: settlement.Sent, Reason: "test",
+	err := statemachine.Transition(ctx, b.tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "s1", From: settlement.Pending, To: settlement.Sent, Reason: "test",
 		Set: "bank_payment_id = COALESCE($6, bank_payment_id), check_attempts = check_attempts + $7", SetArgs: []any{"pay-1", 2}})
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +313,7 @@ func TestTransitionSetRewritesTheRowOnce(t *testing.T) {
 		t.Fatalf("row: state %s, payment %s, checks %d, event_seq %d", state, paymentID, checks, seq)
 	}
 	for _, set := range []string{"state = 'failed'", "bank_status = 'x', event_seq = 0", "UPDATED_AT=now()"} {
-		err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed, Reason: "test", Set: set})
+		err := statemachine.Transition(ctx, b.tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed, Reason: "test", Set: set})
 		if err == nil || errors.Is(err, statemachine.ErrLostRace) {
 			t.Errorf("Set %q: err = %v, want refused", set, err)
 		}
@@ -334,12 +334,22 @@ func TestTransitionSource(t *testing.T) {
 	if err := statemachine.Created(ctx, b.tx, "received", time.Now(), "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Pending, To: settlement.Sent, Reason: "test",
+	if err := statemachine.Transition(ctx, b.tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "s1", From: settlement.Pending, To: settlement.Sent, Reason: "test",
 		Set: "bank_payment_id = $6", SetArgs: []any{"pay-1"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Sent, To: settlement.Confirmed, Reason: "statement: paid",
 		Source: settlement.SourceStatement}); err != nil {
+		t.Fatal(err)
+	}
+	// A Change that does not say who moved the settlement is refused,
+	// never recorded as someone else's.
+	if err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Confirmed, To: settlement.Returned,
+		Reason: "returned"}); !errors.Is(err, statemachine.ErrNoSource) {
+		t.Errorf("a change without a source: %v, want ErrNoSource", err)
+	}
+	if err := statemachine.Transition(ctx, b.tx, statemachine.Change{SettlementID: "s1", From: settlement.Confirmed, To: settlement.Returned,
+		Reason: "returned", Source: settlement.SourceRedirect}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := b.tx.Query(ctx, `SELECT to_state || ':' || source FROM settlement_transitions WHERE settlement_id = 's1' ORDER BY id`)
@@ -350,7 +360,7 @@ func TestTransitionSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"pending:intake", "sent:worker", "confirmed:statement"}; !slices.Equal(got, want) {
+	if want := []string{"pending:intake", "sent:worker", "confirmed:statement", "returned:redirect"}; !slices.Equal(got, want) {
 		t.Errorf("transitions %v, want %v", got, want)
 	}
 	var paymentID string

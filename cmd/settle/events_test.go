@@ -42,7 +42,7 @@ func TestEventsListRedeliver(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "e1", From: settlement.Pending, To: settlement.Sent, Reason: "accepted"})
+		return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "e1", From: settlement.Pending, To: settlement.Sent, Reason: "accepted"})
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func TestLedgerCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		return statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: "p1", From: settlement.Pending, To: settlement.Confirmed, Reason: "settled"})
+		return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "p1", From: settlement.Pending, To: settlement.Confirmed, Reason: "settled"})
 	}); err != nil {
 		t.Fatal(err)
 	}

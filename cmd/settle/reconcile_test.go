@@ -80,7 +80,7 @@ func (b *reconcileBundle) seed(t *testing.T, id string, amount int64, st string,
 			return err
 		}
 		if st != string(settlement.Pending) {
-			if err := statemachine.Transition(ctx, tx, statemachine.Change{SettlementID: id, From: settlement.Pending, To: settlement.State(st), Reason: "test"}); err != nil {
+			if err := statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: id, From: settlement.Pending, To: settlement.State(st), Reason: "test"}); err != nil {
 				return err
 			}
 		}

@@ -783,13 +783,16 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 	// Each bank's webhooks at its own path; a check goes on the queue of
 	// the settlement's bank.
 	hooks := map[string]*webhook.Handler{}
-	check := func(ctx context.Context, id string) error {
-		var bank string
-		if err := c.Pool.QueryRow(ctx, "SELECT bank FROM settlements WHERE settlement_id = $1", id).Scan(&bank); err != nil {
-			return fmt.Errorf("error reading the bank of settlement %s: %w", id, err)
+	checkOf := func(insert func(jobs.Inserter, context.Context, string, string) error) func(context.Context, string) error {
+		return func(ctx context.Context, id string) error {
+			var bank string
+			if err := c.Pool.QueryRow(ctx, "SELECT bank FROM settlements WHERE settlement_id = $1", id).Scan(&bank); err != nil {
+				return fmt.Errorf("error reading the bank of settlement %s: %w", id, err)
+			}
+			return insert(jobs.Inserter{Client: w.river}, ctx, id, bank)
 		}
-		return jobs.Inserter{Client: w.river}.CheckNow(ctx, id, bank)
 	}
+	check := checkOf(jobs.Inserter.CheckNow)
 	for _, b := range w.banks {
 		hooks[b.conn.Name] = &webhook.Handler{
 			Connector: b.conn,
@@ -822,7 +825,7 @@ func (w *Worker) apiHandler(ctx context.Context, svc *intake.Service, m *metrics
 		Now:       c.Now,
 		// An account holder's authorisation came back: the payment goes
 		// out on its bank's queue.
-		CheckNow:  check,
+		CheckNow:  checkOf(jobs.Inserter.CheckRedirect),
 		PublicURL: c.PublicURL,
 	})
 	if err != nil {
