@@ -38,10 +38,11 @@ import (
 //   - GET /domestic-payments/{DomesticPaymentId}.
 //
 // Both POSTs are idempotent as the read-write profile's "Idempotency"
-// says: x-idempotency-key is mandatory and at most 40 characters (400
-// otherwise); the same key and body within 24 hours (key_ttl_ms when set)
-// answer 201 with the current resource and create nothing; the same key
-// with another body is refused with 400 (UK.OBIE.Header.Invalid at path
+// says: x-idempotency-key is mandatory, 1 to 40 printable characters with
+// no white space at either end (400 otherwise); the same key and body
+// within 24 hours (key_ttl_ms when set) answer 201 with the current
+// resource and create nothing; the same key with another body is refused
+// with 400 (UK.OBIE.Header.Invalid at path
 // x-idempotency-key: the profile says only that the ASPSP must not modify
 // the resource and may treat it as fraud, and its document declares no
 // other 4xx for these operations). Payment keys and consent keys are
@@ -59,10 +60,11 @@ import (
 // reports returns only on statements (GET /v1/statements/{date}), where
 // its EndToEndId is the EndToEndIdentification.
 //
-// Every request needs Authorization (a bearer token: 401 without one);
-// the payment POST only the account holder's token for its consent
-// (obieauth.go), the others any; every POST needs Content-Type application/json (415),
-// x-idempotency-key and x-jws-signature (400 UK.OBIE.Header.Missing and
+// Every request needs Authorization, a bearer token (401 without one):
+// the payment POST the account holder's token for its consent
+// (obieauth.go), every other request any bearer token. Every
+// POST needs Content-Type application/json (415), x-idempotency-key and
+// x-jws-signature (400 UK.OBIE.Header.Missing and
 // UK.OBIE.Signature.Missing), and with Options.JWSPublicKey the signature
 // is verified (400 UK.OBIE.Signature.*, nothing created). Every answer
 // plays back x-fapi-interaction-id (a new UUID when the request has none)
