@@ -29,14 +29,14 @@ var lifeArgs = []string{
 }
 
 // measureLife measures what a settlement costs over its whole life, the
-// return watch included: cfg.LatencySettlements paid at once by a worker
+// return watch included: a quarter of cfg.LatencySettlements paid at once by a worker
 // with a short --return-watch, the run kept going until every
 // settlement's watch is over (and a round more). Twice: with a check of
 // its own for each settlement, as before the watch in rounds, then in
 // rounds, the worker's default.
 func measureLife(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL string, r *Result) error {
 	r.LifeReturnWatchS = lifeReturnWatch.Seconds()
-	n := cfg.LatencySettlements
+	n := max(20, cfg.LatencySettlements/4) // enough for steady costs per settlement; the watch adds its window to each run
 	wait := lifeReturnWatch + 2*time.Second
 	for _, v := range []struct {
 		name                           string
