@@ -142,7 +142,7 @@ func cmdWorker(ctx context.Context, args []string, s Stdio) int {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown waits for requests and jobs in flight (jobs still running after two thirds of it are cancelled and retried later)")
 	fs.DurationVar(&c.BankTimeout, "bank-timeout", c.BankTimeout, "timeout of one HTTP attempt to the bank")
 	fs.IntVar(&c.BankAttempts, "bank-attempts", c.BankAttempts, "requests one bank call may send (the first included) before its answer counts as ambiguous; always the same key and body")
-	fs.IntVar(&c.BankConcurrency, "bank-concurrency", c.BankConcurrency, "bank jobs (send, reconcile) this process runs at once")
+	fs.IntVar(&c.BankConcurrency, "bank-concurrency", c.BankConcurrency, "bank jobs (send, reconcile) this process runs at once, and bank calls it has in flight to each bank (each send of a send_batch job counts one)")
 	fs.DurationVar(&c.JobTimeout, "job-timeout", c.JobTimeout, "longest run of one job")
 	fs.DurationVar(&c.RescueAfter, "rescue-after", 0, "when River retries a job left running by a dead process (default: job timeout + 10s)")
 	fs.DurationVar(&c.Lease, "lease", 0, "how long a job owns a settlement before the sweep assumes it lost (default: job timeout + 30s; must exceed --job-timeout)")
