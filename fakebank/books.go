@@ -2,6 +2,7 @@ package fakebank
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -45,6 +46,29 @@ func (p *payment) settledAt(now time.Time) bool {
 // returnedAt reports whether the payment had come back by now.
 func (p *payment) returnedAt(now time.Time) bool {
 	return p.settledAt(now) && !p.ReturnAt.IsZero() && !now.Before(p.ReturnAt)
+}
+
+// history returns the payment as the bank reported it at each change of
+// its status up to now, oldest first: its creation, halfway to its due
+// time (processing), its due time (its outcome), its return. The last is
+// its view at now.
+func (p *payment) history(now time.Time) []bankclient.Payment {
+	mid := p.CreatedAt.Add(p.DueAt.Sub(p.CreatedAt) / 2)
+	at := []time.Time{p.CreatedAt, mid, p.DueAt, p.ReturnAt}
+	slices.SortFunc(at, time.Time.Compare)
+	var steps []bankclient.Payment
+	for _, t := range at {
+		if t.IsZero() || t.After(now) {
+			continue
+		}
+		if v := p.view(t); len(steps) == 0 || steps[len(steps)-1].Status != v.Status {
+			steps = append(steps, v)
+		}
+	}
+	if v := p.view(now); len(steps) == 0 || steps[len(steps)-1].Status != v.Status {
+		steps = append(steps, v)
+	}
+	return steps
 }
 
 // view returns the payment as the bank reports it at now.

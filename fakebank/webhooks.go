@@ -233,7 +233,10 @@ func (n *notifier) run() {
 	}
 }
 
-// tell pushes payment seq's status now if it is not the last one told.
+// tell pushes each status payment seq has passed through since the last
+// one told, oldest first, each as the bank showed it then: a notifier that
+// runs late (a loaded machine) still tells every change, as a bank's event
+// log does, instead of only the status it finds.
 func (n *notifier) tell(ctx context.Context, seq int64) {
 	b := n.b
 	b.mu.Lock()
@@ -242,36 +245,57 @@ func (n *notifier) tell(ctx context.Context, seq int64) {
 		return
 	}
 	p := b.books.payments[seq-1]
-	now := b.now().UTC()
-	view := p.view(now)
-	var stripeView stripePayout
+	steps := p.history(b.now().UTC())
+	var stripeViews []stripePayout
 	if b.profile == "stripe" {
-		stripeView = renderPayout(p, now)
+		for _, st := range steps {
+			stripeViews = append(stripeViews, renderPayout(p, st.UpdatedAt))
+		}
 	}
 	b.mu.Unlock()
 
 	n.mu.Lock()
 	last, known := n.told[seq]
-	if known && last == view.Status {
-		n.mu.Unlock()
-		return
+	from := 0
+	if known {
+		// After the last status told; only the latest when that one is
+		// not in the payment's history (changed another way).
+		from = len(steps) - 1
+		for i := len(steps) - 1; i >= 0; i-- {
+			if steps[i].Status == last {
+				from = i + 1
+				break
+			}
+		}
 	}
-	n.told[seq] = view.Status
-	n.seq++
-	eventNo := n.seq
+	n.told[seq] = steps[len(steps)-1].Status
+	first := n.seq + 1
+	n.seq += int64(len(steps) - from)
 	target := n.url
 	n.mu.Unlock()
 	if target == "" {
 		return
 	}
-	body, header, err := webhookBody(b.profile, view, stripeView, eventNo, known)
-	if err != nil {
-		b.log.Error("fakebank: error encoding a webhook", "payment", view.ID, "error", err)
-		return
+	for i := from; i < len(steps); i++ {
+		var po stripePayout
+		if stripeViews != nil {
+			po = stripeViews[i]
+		}
+		body, header, err := webhookBody(b.profile, steps[i], po, first+int64(i-from), known || i > 0)
+		if err != nil {
+			b.log.Error("fakebank: error encoding a webhook", "payment", steps[i].ID, "error", err)
+			return
+		}
+		if header == "" {
+			return // this profile pushes nothing
+		}
+		n.send(ctx, header, body, steps[i])
 	}
-	if header == "" {
-		return // this profile pushes nothing
-	}
+}
+
+// send pushes one event, with the loss, duplicate and delay faults.
+func (n *notifier) send(ctx context.Context, header string, body []byte, view bankclient.Payment) {
+	b := n.b
 	n.events.Add(1)
 	f := b.Faults()
 	if n.chance(f.WebhookLossRate) {

@@ -258,3 +258,42 @@ func TestSetWebhookRefuses(t *testing.T) {
 		t.Errorf("obie: %v", err)
 	}
 }
+
+// TestWebhooksTellEveryStatusWhenLate: a notifier that runs late (here the
+// bank's clock jumps past a payment's due time and its return at once, as
+// a loaded machine's timers do in effect) still pushes every status the
+// payment passed through, each once and in order of its change, not only
+// the one it finds.
+func TestWebhooksTellEveryStatusWhenLate(t *testing.T) {
+	t.Parallel()
+	recv, hookURL := newHookReceiver(t, settle.Connector.VerifyWebhook, false)
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	bank, base := fakebanktest.NewServer(t, fakebank.Options{
+		Now:        now,
+		Faults:     fakebank.Faults{SettleDelayMS: 200, ReturnRate: 1, ReturnAfterMS: 200},
+		WebhookURL: hookURL, WebhookSecret: recv.secret,
+	})
+	tb := &testBundle{bank: bank, url: base, http: http.DefaultClient}
+	if a := tb.post(t, "key-late", paymentReq("late")); a.status != http.StatusCreated {
+		t.Fatalf("POST: %d %s", a.status, a.body)
+	}
+	recv.waitFor(t, "the payment's creation", func() bool { return len(recv.bodies) == 1 })
+	mu.Lock()
+	clock = clock.Add(time.Second) // past processing, its outcome and its return
+	mu.Unlock()
+	want := []string{"payment.accepted", "payment.processing", "payment.settled", "payment.returned"}
+	recv.waitFor(t, "every status", func() bool { return len(recv.bodies) >= len(want) })
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	for _, typ := range want {
+		if n := countBodies(recv.bodies, `"type":"`+typ+`"`); n != 1 {
+			t.Errorf("%s pushed %d times, want once; bodies %q", typ, n, recv.bodies)
+		}
+	}
+}
