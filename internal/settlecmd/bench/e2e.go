@@ -345,11 +345,11 @@ func submit(ctx context.Context, cfg Config, w *workerproc.Proc, n int, prefix s
 						evs[k].AccountID = fundedAccount((b + k) % accounts)
 					}
 				}
-				post := postBatch
-				if accounts > 0 {
-					post = postBatchAgain // the funds phase's hot account
-				}
-				if err := post(ctx, client, w.URL(), evs); err != nil {
+				// Delivered again on 503, as a producer does: the funds
+				// phase's hot account queues on its lock, and batches of
+				// 1,000 (--grid) can outlast the intake's timeout on a
+				// loaded machine.
+				if err := postBatchAgain(ctx, client, w.URL(), evs); err != nil {
 					errs <- err
 					for range batches { //nolint:revive // drain so the feeder ends
 					}

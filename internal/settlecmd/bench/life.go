@@ -17,15 +17,17 @@ import (
 // checks are taken by the sweep once due and a lease has passed
 // (next_check_at is the check's time plus the lease), so the phase runs
 // the worker with a short job timeout and lease: its own checks come at
-// about 1.7 s and 5 s after confirmation.
-const lifeReturnWatch = 8 * time.Second
+// about 2.7 s and 8 s after confirmation. The job timeout (2 s) leaves a
+// loaded machine's sends time to answer: at 1 s, sends timed out at a
+// load average of 28 and were checked as lost answers.
+const lifeReturnWatch = 10 * time.Second
 
 // lifeArgs are the worker's flags of the watch phase.
 var lifeArgs = []string{
 	"--return-watch", lifeReturnWatch.String(),
 	"--check-interval", "125ms", "--max-check-interval", "125ms",
 	"--return-watch-interval", "1s",
-	"--job-timeout", "1s", "--rescue-after", "2s", "--lease", "1500ms", "--sweep-interval", "250ms",
+	"--job-timeout", "2s", "--rescue-after", "3s", "--lease", "2500ms", "--sweep-interval", "250ms",
 }
 
 // measureLife measures what a settlement costs over its whole life, the
