@@ -348,6 +348,16 @@ func TestReturnsFoundByTheWatchInRounds(t *testing.T) {
 	t.Parallel()
 	b := returnsFoundByTheWatch(t, true)
 	ctx := context.Background()
+	// Every fate can be booked before a round has completed: a payment
+	// that came back before the engine first looked ends failed, with
+	// nothing to watch. A round comes every WatchInterval all the same.
+	settletest.Wait(t, "a watch round completed", func() (bool, string) {
+		var n int
+		if err := b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'watch_returns' AND state = 'completed'`).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n > 0, fmt.Sprintf("%d watch rounds completed", n)
+	})
 	var scheduled, rounds int
 	if err := b.db.Pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM settlements WHERE state = 'confirmed' AND next_check_at IS NOT NULL),
