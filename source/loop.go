@@ -101,10 +101,11 @@ type Config struct {
 // Loop is the one engine loop over a Source: fetch, validate, record,
 // commit, acknowledge. It has one fetched batch in work at a time and
 // records it in up to Config.Parallel transactions at once, split so that
-// the events of one settlement_id, and of one account_id, always share a
-// transaction in their stream order: the first delivery of a
-// settlement_id decides, later ones are replays of it or conflicts with
-// it, and the funds check sees an account's payouts in order. Run it once
+// the events of one settlement_id, and when intake checks funds those of
+// one account_id, always share a transaction in their stream order: the
+// first delivery of a settlement_id decides, later ones are replays of it
+// or conflicts with it, and the funds check sees an account's payouts in
+// order. Run it once
 // per Source (two workers on one consumer run two Loops, each with its own
 // adapter).
 type Loop struct {

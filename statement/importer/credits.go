@@ -61,18 +61,17 @@ func (im *StatementImporter) credit(ctx context.Context, digest string) ([]Ledge
 	if err != nil {
 		return nil, fmt.Errorf("error reading the credits of the statement: %w", err)
 	}
-	var credited []bool // the line's money was taken in before
 	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LedgerCredit, error) {
 		var (
 			c        LedgerCredit
 			stmt     string
 			pos, idx int
-			before   bool
 		)
-		err := row.Scan(&stmt, &pos, &idx, &c.Reference, &c.AmountMinor, &c.Currency, &c.Ref, &before)
+		// Replayed: the line's money was taken in before, under this ref
+		// or under the line's from before credits were kept per booking.
+		err := row.Scan(&stmt, &pos, &idx, &c.Reference, &c.AmountMinor, &c.Currency, &c.Ref, &c.Replayed)
 		c.Line = fmt.Sprintf("%s entry %d detail %d", stmt, pos, idx)
 		c.AccountID = strings.TrimSpace(strings.TrimPrefix(c.Reference, im.CreditPrefix))
-		credited = append(credited, before)
 		return c, err
 	})
 	if err != nil {
@@ -81,11 +80,8 @@ func (im *StatementImporter) credit(ctx context.Context, digest string) ([]Ledge
 	var errs []error
 	for i := range lines {
 		c := &lines[i]
-		if credited[i] {
-			// Under this ref, or under the line's from before credits
-			// were kept per booking: posted once already.
-			c.Replayed = true
-			continue
+		if c.Replayed {
+			continue // posted once already
 		}
 		res, err := ledger.Credit(ctx, im.DB, ledger.CreditRequest{AccountID: c.AccountID, AmountMinor: c.AmountMinor, Currency: c.Currency, Ref: c.Ref})
 		switch {
