@@ -4,9 +4,12 @@
 // durability, no distribution, its own timing). settle demo --source sqs
 // and settle bench use it; tests use it through internal/testsupport/mototest.
 //
-// It owns only the child process: started on 127.0.0.1 at a free port,
-// waited for by polling that port, killed by Close and, on Linux, when the
-// process that started it dies.
+// It owns the child process: started on 127.0.0.1 at a free port, waited
+// for by polling that port, killed by Close and, on Linux, when the process
+// that started it dies. The clients do not reach that port: they reach a
+// front in this process that lets the calls adding or removing a queue's
+// messages in one at a time, because moto_server loses such changes when
+// two run at once (see front).
 package motoserver
 
 import (
@@ -16,6 +19,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -42,10 +46,14 @@ const (
 
 // Server is a running moto_server.
 type Server struct {
-	// URL is the endpoint, http://127.0.0.1:PORT.
-	URL  string
-	cmd  *exec.Cmd
-	done chan struct{}
+	// URL is the endpoint the clients use, http://127.0.0.1:PORT: the
+	// front, in this process.
+	URL string
+	// Backend is moto_server's own endpoint, behind the front.
+	Backend string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	http    *http.Server
 }
 
 // Path returns the path of moto_server, or ErrNotInstalled.
@@ -70,7 +78,7 @@ func Start(ctx context.Context, log io.Writer) (*Server, error) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	s := &Server{URL: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
+	s := &Server{Backend: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
 	s.cmd = exec.Command(exe, "-H", "127.0.0.1", "-p", strconv.Itoa(port)) //nolint:gosec // G204: moto_server from PATH, our own arguments
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -82,6 +90,15 @@ func Start(ctx context.Context, log io.Writer) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	fl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("error listening for moto_server's front: %w", err)
+	}
+	backend, _ := url.Parse(s.Backend)
+	s.URL = "http://" + fl.Addr().String()
+	s.http = &http.Server{Handler: newFront(backend), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.http.Serve(fl) }()
 	return s, nil
 }
 
@@ -91,7 +108,7 @@ func (s *Server) wait(ctx context.Context, within time.Duration) error {
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/moto-api/", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Backend+"/moto-api/", nil)
 		resp, err := client.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
@@ -101,15 +118,18 @@ func (s *Server) wait(ctx context.Context, within time.Duration) error {
 		case <-s.done:
 			return fmt.Errorf("moto_server exited at start (%v)", s.cmd.ProcessState)
 		case <-ctx.Done():
-			return fmt.Errorf("moto_server not answering on %s after %s", s.URL, within)
+			return fmt.Errorf("moto_server not answering on %s after %s", s.Backend, within)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-// Close kills moto_server (its whole process group: the launcher may
-// have children) and waits for it to end.
+// Close stops the front, kills moto_server (its whole process group: the
+// launcher may have children) and waits for it to end.
 func (s *Server) Close() {
+	if s.http != nil {
+		_ = s.http.Close()
+	}
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
