@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/time/rate"
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/bankhttp"
@@ -76,7 +75,7 @@ type Client struct {
 	maxBody int64
 	logger  *slog.Logger
 	observe func(op, outcome string, d time.Duration)
-	limiter *rate.Limiter
+	limiter *bankhttp.Pacer
 	pace    *pacer
 
 	// The account holder's authorisation (authorise.go).
@@ -186,7 +185,7 @@ func New(baseURL string, opts bankclient.Options, cfg Config) (*Client, error) {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.RatePerSecond > 0 {
-		c.limiter = rate.NewLimiter(rate.Limit(opts.RatePerSecond), 1)
+		c.limiter = bankhttp.NewPacer(opts.RatePerSecond)
 	}
 	return c, nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/bankhttp"
-	"golang.org/x/time/rate"
 )
 
 // Client is the HTTP implementation of Bank. It is safe for concurrent use.
@@ -31,7 +30,7 @@ type Client struct {
 	maxBody int64
 	logger  *slog.Logger
 	observe func(op, outcome string, d time.Duration)
-	limiter *rate.Limiter // nil: no cap
+	limiter *bankhttp.Pacer // nil: no cap
 }
 
 var _ bankclient.Bank = (*Client)(nil)
@@ -68,7 +67,7 @@ func New(baseURL string, opts bankclient.Options) (*Client, error) {
 		return nil, fmt.Errorf("error configuring the bank rate: %g requests a second is negative", opts.RatePerSecond)
 	}
 	if opts.RatePerSecond > 0 {
-		c.limiter = rate.NewLimiter(rate.Limit(opts.RatePerSecond), 1)
+		c.limiter = bankhttp.NewPacer(opts.RatePerSecond)
 	}
 
 	if _, err := bankhttp.CheckScheme(base, opts, "bank", "credential"); err != nil {

@@ -11,7 +11,6 @@ import (
 
 	stripe "github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/form"
-	"golang.org/x/time/rate"
 
 	"github.com/settle/settle/bankclient"
 	"github.com/settle/settle/bankclient/bankhttp"
@@ -28,7 +27,7 @@ type Client struct {
 	retry   bankclient.RetryPolicy
 	logger  *slog.Logger
 	observe func(op, outcome string, d time.Duration)
-	limiter *rate.Limiter
+	limiter *bankhttp.Pacer
 }
 
 var (
@@ -79,7 +78,7 @@ func New(baseURL string, opts bankclient.Options) (*Client, error) {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.RatePerSecond > 0 {
-		c.limiter = rate.NewLimiter(rate.Limit(opts.RatePerSecond), 1)
+		c.limiter = bankhttp.NewPacer(opts.RatePerSecond)
 	}
 	return c, nil
 }
