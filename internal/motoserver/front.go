@@ -31,11 +31,25 @@ type front struct {
 
 func newFront(backend *url.URL) *front {
 	f := &front{locks: map[string]*sync.Mutex{}}
-	f.proxy = &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(backend)
-		r.Out.Host = r.In.Host
-	}}
+	f.proxy = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(backend)
+			r.Out.Host = r.In.Host
+		},
+		ErrorHandler: proxyError,
+	}
 	return f
+}
+
+// proxyError answers a call moto_server did not answer: 502, as a load
+// balancer would, so that the client classifies it as SQS unavailable.
+// A call its client gave up on (a long poll cut at shutdown) is answered
+// nothing, and logged nowhere.
+func proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	http.Error(w, "motoserver front: "+err.Error(), http.StatusBadGateway)
 }
 
 // concurrent are the actions that never add or remove a queue's
