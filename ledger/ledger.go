@@ -43,6 +43,14 @@ const (
 	PostingCredit   = "credit"
 )
 
+// ShardSQL is the SQL expression of the balance shard
+// (ledger_balances.shard) a statement changes: its connection's, the
+// backend's pid modulo 64 (migration 0025), so that the transactions of
+// different connections change different rows of a busy account and
+// rarely wait for each other's commit. Any shard is right: a customer
+// account's balance is the sum of its shards.
+const ShardSQL = `(pg_backend_pid() & 63)::smallint`
+
 // ClearingAccount is the clearing account of bank.
 func ClearingAccount(bank string) string { return ClearingPrefix + bank }
 

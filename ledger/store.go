@@ -116,7 +116,7 @@ func Credit(ctx context.Context, db DB, r CreditRequest) (CreditResult, error) {
 		res.Posting.DebitAccount, res.Posting.CreditAccount = FundingAccount, r.AccountID
 		res.Posting.AmountMinor, res.Posting.Currency = r.AmountMinor, r.Currency
 		if _, err := tx.Exec(ctx, `INSERT INTO ledger_balances AS b (account_id, currency, shard, posted_minor)
-			VALUES ($1, $2, (pg_backend_pid() & 15)::smallint, $3)
+			VALUES ($1, $2, `+ShardSQL+`, $3)
 			ON CONFLICT (account_id, currency, shard) DO UPDATE SET posted_minor = b.posted_minor + EXCLUDED.posted_minor`,
 			r.AccountID, r.Currency, r.AmountMinor); err != nil {
 			return fmt.Errorf("error crediting account %s: %w", r.AccountID, err)

@@ -48,10 +48,9 @@ func accountsSQL(at string) string {
 }
 
 // shardSQL is the balance shard a statement changes: its connection's
-// (the backend's pid), so that the transactions of different connections,
-// a batch's whole included, change different rows of a busy account. Any
-// shard is right: a balance is the sum of its shards.
-const shardSQL = `(pg_backend_pid() & 15)::smallint`
+// (ledger.ShardSQL), so that the transactions of different connections,
+// a batch's whole included, change different rows of a busy account.
+const shardSQL = ledger.ShardSQL
 
 // holdSQL takes the holds of the settlements created by the statement
 // (Created): $4 is the time.

@@ -154,3 +154,60 @@ func TestLedgerChecksCatch(t *testing.T) {
 		t.Fatalf("mismatches %v", ms)
 	}
 }
+
+// TestBalanceShardOfConnection: the hold of a creation, the posting of its
+// confirmation and a credit each change the balance shard of their
+// connection, the backend's pid modulo 64 (migration 0025), so that two
+// connections share a shard a quarter as often as modulo 16; the shards
+// still add up to the account's balance.
+func TestBalanceShardOfConnection(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var shards []int
+	step := func(fn func(tx pgx.Tx) error) {
+		t.Helper()
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if err := fn(tx); err != nil {
+				return err
+			}
+			var shard, want int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() & 63, (SELECT shard FROM ledger_balances
+				WHERE account_id = 'acc' AND shard = pg_backend_pid() & 63)`).Scan(&want, &shard); err != nil {
+				return err
+			}
+			if shard != want {
+				t.Fatalf("changed shard %d, want the connection's %d", shard, want)
+			}
+			shards = append(shards, shard)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(func(tx pgx.Tx) error {
+		_, err := ledger.Credit(ctx, tx, ledger.CreditRequest{AccountID: "acc", AmountMinor: 1000, Currency: "EUR", Ref: "top-up-1"})
+		return err
+	})
+	step(func(tx pgx.Tx) error {
+		insertSettlement(t, tx, "a")
+		return statemachine.Created(ctx, tx, "received", at, "a")
+	})
+	step(func(tx pgx.Tx) error {
+		return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "a",
+			From: settlement.Pending, To: settlement.Confirmed, Reason: "test", At: at})
+	})
+	if b := balanceOf(t, db.Pool, "acc"); b.Posted != 900 || b.Held != 0 {
+		t.Fatalf("acc: %+v over shards %v, want posted 900, held 0", b, shards)
+	}
+	// Every shard of 0 to 63 is a valid row; 64 is not.
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO ledger_balances (account_id, currency, shard) VALUES ('acc', 'EUR', 63)
+		ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatalf("shard 63: %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO ledger_balances (account_id, currency, shard) VALUES ('acc', 'EUR', 64)`); err == nil {
+		t.Fatal("shard 64 was accepted")
+	}
+}

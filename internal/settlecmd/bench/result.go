@@ -288,7 +288,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		{"e2e_funds_per_s", r.E2EFundsPerS, "settlements/s with --funds-check, payouts from 1,000 funded accounts"},
 		{"e2e_no_funds_per_s", r.E2ENoFundsPerS, "settlements/s, the same 1,000 accounts without the check (runs before and after)"},
 		{"e2e_funds_hot_per_s", r.E2EFundsHotPerS, "settlements/s with --funds-check, every payout from one account (each intake waits for the one before it to commit, on that account's row)"},
-		{"e2e_hot_per_s", r.E2EHotPerS, "settlements/s, one account without the check (its holds and postings spread over the 16 shards of its balance)"},
+		{"e2e_hot_per_s", r.E2EHotPerS, "settlements/s, one account without the check (its holds and postings spread over the shards of its balance, one per connection)"},
 		{"e2e_latency100_per_s", r.E2ELatency100PerS, "settlements/s, bank answering in 100 ms"},
 		{"e2e_latency100_bound_per_s", r.E2ELatency100BoundPerS, fmt.Sprintf("settlements/s (bank concurrency %d / 100 ms)", r.BankConcurrency)},
 		{"e2e_latency10_per_s", r.E2ELatency10PerS, "settlements/s, bank answering in 10 ms"},
