@@ -55,7 +55,8 @@ type Deps struct {
 
 	// BankConcurrency is how many bank jobs (send, reconcile) one process
 	// runs at once, and how many bank calls it has in flight for each bank:
-	// the sends of a send_batch job count one each.
+	// the sends of a send_batch job count one each, from their start to
+	// their POST's answer (the answer's recording holds no slot).
 	BankConcurrency int
 	// MaintenanceConcurrency is how many sweep/retention jobs run at once.
 	MaintenanceConcurrency int
@@ -214,10 +215,11 @@ func NewWorkers(deps Deps) *river.Workers {
 	d := deps.withDefaults()
 	workers := river.NewWorkers()
 	rt := &bankRouter{pool: d.Pool, resolvers: map[string]*reconcile.Resolver{}, metrics: d.Metrics, logger: d.Logger,
-		slots: map[string]chan struct{}{}}
+		slots: map[string]chan struct{}{}, sends: map[string]chan struct{}{}}
 	for _, r := range d.Resolvers {
 		rt.resolvers[bankOf(r)] = r
 		rt.slots[bankOf(r)] = make(chan struct{}, d.BankConcurrency)
+		rt.sends[bankOf(r)] = make(chan struct{}, sendsPerSlot*d.BankConcurrency)
 	}
 	river.AddWorker(workers, &SendWorker{router: rt, logger: d.Logger, now: d.Now})
 	river.AddWorker(workers, &SendBatchWorker{router: rt, logger: d.Logger, now: d.Now})

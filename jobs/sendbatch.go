@@ -16,7 +16,10 @@ import (
 )
 
 // SendBatchWorker works send_batch: reconcile.Resolver.Send for each of
-// the job's settlements, concurrently within the bank concurrency. Each
+// the job's settlements, concurrently within the bank concurrency: a send
+// holds a slot of it until the bank has answered its POST, and the next
+// send takes the slot while that answer is recorded (at most two sends
+// per slot under way, sendsPerSlot). Each
 // answer is recorded in a transaction of its own (or in an outcome group),
 // with its follow-up check when one is due, exactly as a send_instruction
 // records it; the job itself completes once every send has recorded its
@@ -55,7 +58,6 @@ func (w *SendBatchWorker) Work(ctx context.Context, job *river.Job[SendBatchArgs
 	if r == nil {
 		return err
 	}
-	slots := w.router.slots[bankOf(r)]
 	handover := handoverAt(ctx, w.now())
 
 	var (
@@ -64,20 +66,15 @@ func (w *SendBatchWorker) Work(ctx context.Context, job *river.Job[SendBatchArgs
 		errs []error
 		left []string
 	)
-start:
 	for i, id := range ids {
-		select {
-		case slots <- struct{}{}:
-		case <-handover:
+		tokens, err := w.router.acquireSend(ctx, bankOf(r), handover)
+		if err != nil {
 			left = ids[i:]
-			break start
-		case <-ctx.Done():
-			left = ids[i:]
-			break start
+			break
 		}
 		wg.Go(func() {
-			defer func() { <-slots }()
-			if err := w.send(ctx, r, job, id); err != nil {
+			defer tokens.done()
+			if err := w.send(reconcile.WithAnswered(ctx, tokens.answered), r, job, id); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

@@ -34,12 +34,12 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendInstructionArg
 	if r == nil {
 		return err
 	}
-	release, err := w.router.acquire(ctx, bankOf(r))
+	tokens, err := w.router.acquireSend(ctx, bankOf(r), nil)
 	if err != nil {
 		return err
 	}
-	defer release()
-	_, err = r.Send(ctx, id, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
+	defer tokens.done()
+	_, err = r.Send(reconcile.WithAnswered(ctx, tokens.answered), id, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
 		if !out.Done && !out.NextCheckAt.IsZero() {
 			if err := insertReconcileTx(ctx, tx, id, job.Queue, out.NextCheckAt); err != nil {
 				return err

@@ -417,6 +417,9 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 	crash.Point(crash.SendBeforeBank)
 	res, err := r.Bank.Send(ctx, f.BankKey, f.request())
 	crash.Point(crash.SendAfterBank)
+	// The bank is done with this send: its slot may serve the next one
+	// while the answer is recorded.
+	answered(ctx)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()

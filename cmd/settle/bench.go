@@ -48,10 +48,11 @@ Figures and their baselines:
   e2e_per_s              settlements/s from submission (batches to the API of
                          a worker on its defaults) to confirmed with a ledger
                          movement, fakebank at zero latency;
-                         target >= 0.5 x insert_baseline_per_s / 3 (three
-                         commits per settlement is the floor) and, the
-                         moonshot, >= 0.5 x river_noop_best_jobs_per_s /
-                         jobs_per_settlement
+                         target >= 1.0 x insert_baseline_per_s / 3 (three
+                         commits per settlement is the line group commit
+                         beats); e2e_river: at most 0.5 of River's ceiling
+                         for settlements, river_noop_best_jobs_per_s x
+                         settlements_per_job (River is not the limit)
   e2e_events_per_s       e2e_per_s with a webhook sink configured (--events-url
                          to a receiver in this process answering 200 at once):
                          every outcome event queued for it and relayed; the
@@ -68,7 +69,9 @@ Figures and their baselines:
                          target >= 0.8; e2e_funds_hot_per_s and e2e_hot_per_s
                          the same from one account, with and without the
                          check (its intakes queue on that account's row)
-  jobs_per_settlement    River jobs worked per settlement in the e2e run
+  jobs_per_settlement    River jobs worked per settlement in the e2e run, and
+                         settlements_per_job its inverse (a send_batch job
+                         carries many)
   commits_per_settlement every commit of the e2e run per settlement (also as
                          e2e_db_commits_per_settlement), with
                          rows_per_settlement (pg_stat_database)
@@ -85,7 +88,12 @@ Figures and their baselines:
                          latency from receipt to confirmed in the e2e run
   e2e_latency100_per_s   e2e_per_s with a bank answering in 100 ms, against
                          e2e_latency100_bound_per_s = bank concurrency / 100 ms;
-                         target >= 0.8 x the bound
+                         target >= 0.8 x the bound. Where the bound is above
+                         what the machine pays at zero latency, the database
+                         and the CPU are the limit, not the bank: so also
+                         e2e_latency100_reachable_per_s = min(the bound,
+                         e2e_per_s of the same run); target >= 0.8 x it
+                         (e2e_latency100_reachable)
   e2e_latency10_per_s, e2e_latency1000_per_s
                          the same at 10 ms and at 1 s, each against its bound
                          (e2e_latency10_bound_per_s, e2e_latency1000_bound_per_s;

@@ -19,7 +19,8 @@ func TestBenchHelp(t *testing.T) {
 		"insert_baseline_per_s", "intake_single_per_s", "intake_batch_per_s", "river_noop_jobs_per_s",
 		"e2e_per_s", "jobs_per_settlement", "replay_p50/p99_us_1e4", "replay_p50/p99_us_1e6", "worker_peak_rss_mb",
 		"river_noop_best_jobs_per_s", "river_best_settings", "e2e_latency100_per_s", "e2e_latency100_bound_per_s",
-		"commits_per_settlement", "round_trips_per_event", "e2e_events_per_s", "e2e_no_events_per_s", "events_delivered_per_s"} {
+		"commits_per_settlement", "round_trips_per_event", "e2e_events_per_s", "e2e_no_events_per_s", "events_delivered_per_s",
+		"settlements_per_job", "e2e_latency100_reachable_per_s"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q:\n%s", want, out.String())
 		}

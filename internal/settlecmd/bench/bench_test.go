@@ -34,6 +34,7 @@ var requiredFields = []string{
 	"life_commits_per_settlement", "life_jobs_per_settlement",
 	"life_own_checks_bank_calls_per_settlement", "life_own_checks_wal_bytes_per_settlement",
 	"life_own_checks_rows_per_settlement", "life_own_checks_commits_per_settlement", "life_own_checks_jobs_per_settlement",
+	"settlements_per_job", "e2e_latency100_reachable_per_s",
 }
 
 // benchDB is the admin URL of the test cluster and the name of a
@@ -100,8 +101,8 @@ func TestRunTiny(t *testing.T) {
 	if v, ok := got["e2e_db_commits_per_settlement"].(float64); !ok || v <= 0 {
 		t.Errorf("e2e_db_commits_per_settlement = %v, want the old key kept", got["e2e_db_commits_per_settlement"])
 	}
-	if len(res.Targets) != 13 {
-		t.Errorf("got %d targets, want 13: %+v", len(res.Targets), res.Targets)
+	if len(res.Targets) != 14 {
+		t.Errorf("got %d targets, want 14: %+v", len(res.Targets), res.Targets)
 	}
 	if s, ok := got["river_best_settings"].(string); !ok || !strings.Contains(s, "MaxWorkers") {
 		t.Errorf("river_best_settings = %v, want the settings of the best River run", got["river_best_settings"])
@@ -132,7 +133,7 @@ func TestRunTiny(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "e2e_latency10", "e2e_latency1000", "source_nats", "source_kafka", "e2e_events", "e2e_funds") {
+	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "e2e_latency100_reachable", "e2e_latency10", "e2e_latency1000", "source_nats", "source_kafka", "e2e_events", "e2e_funds") {
 		if !strings.Contains(table.String(), f) {
 			t.Errorf("table lacks %s:\n%s", f, table.String())
 		}
