@@ -573,9 +573,11 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		}
 	}
 
-	// The creation transitions and the replay read go in one round trip.
+	// The creation transitions, the replay read and the creation events go
+	// in one round trip; the events last, so that each is written once with
+	// its settlement as this transaction leaves it (replays counted).
 	b := &pgx.Batch{}
-	if err := statemachine.Created(ctx, batchQueuer{b}, "received", now, createdIDs...); err != nil {
+	if err := statemachine.CreatedHeld(ctx, batchQueuer{b}, "received", now, createdIDs...); err != nil {
 		return res, err
 	}
 	var oldIDs, bumpIDs, bumpHashes []string
@@ -601,6 +603,9 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	default:
 		b.Queue(replaySQL, bumpIDs, bumpHashes, bumpN, now, oldIDs)
 	}
+	if err := statemachine.CreationEvents(ctx, batchQueuer{b}, "received", now, createdIDs...); err != nil {
+		return res, err
+	}
 	if b.Len() > 0 {
 		br := tx.SendBatch(ctx, b)
 		if len(createdIDs) > 0 {
@@ -613,6 +618,12 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 			if err := s.readReplays(br, &res); err != nil {
 				br.Close()
 				return res, err
+			}
+		}
+		if len(createdIDs) > 0 {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return res, fmt.Errorf("error writing creation events: %w", err)
 			}
 		}
 		if err := br.Close(); err != nil {
@@ -691,8 +702,8 @@ func (s *Service) readReplays(br pgx.BatchResults, res *commitResult) error {
 	return nil
 }
 
-// batchQueuer lets statemachine.Created write into a pgx.Batch, so the
-// creation transitions and the replay read take one round trip while
+// batchQueuer lets the state machine's creation statements write into a
+// pgx.Batch, so they and the replay read take one round trip while
 // statemachine keeps owning their SQL. Exec only queues: errors come back
 // when the batch is sent.
 type batchQueuer struct{ b *pgx.Batch }

@@ -711,8 +711,9 @@ func (r *Resolver) write(ctx context.Context, tx pgx.Tx, o *outcome) (lost bool,
 	// once), else by an UPDATE of their own, conditioned on the state.
 	facts := []any{o.paymentID, o.bankStatus, o.nextCheck, o.checks, o.consentID, o.consentStatus, o.consentRequested, o.consentExpires, d.Pay}
 	moves := d.Moves(f.State)
+	var held []statemachine.Held
 	if moves {
-		err := statemachine.Transition(ctx, tx, statemachine.Change{
+		h, err := statemachine.TransitionHeld(ctx, tx, statemachine.Change{
 			SettlementID: f.SettlementID, From: f.State, To: d.To, Reason: d.Reason, At: now, Source: o.source,
 			Set: bankFactsSet(6), SetArgs: facts,
 		})
@@ -727,11 +728,13 @@ func (r *Resolver) write(ctx context.Context, tx pgx.Tx, o *outcome) (lost bool,
 		if err != nil {
 			return false, fmt.Errorf("error applying decision for settlement %s: %w", f.SettlementID, err)
 		}
+		held = append(held, h)
 	}
 	// The attempt's answer, the bank's facts (unless the transition wrote
-	// them) and the movement travel in one round trip. Each statement is
-	// conditioned on the settlement being in the decided state, so a lost
-	// race writes nothing that is kept: the caller undoes it.
+	// them), the movement, then the flag and the events travel in one round
+	// trip. Each statement is conditioned on the settlement being in the
+	// decided state, so a lost race writes nothing that is kept: the caller
+	// undoes it.
 	b := &pgx.Batch{}
 	if att.id != 0 {
 		q, args := finishAttemptQuery(att, now)
@@ -742,8 +745,6 @@ func (r *Resolver) write(ctx context.Context, tx pgx.Tx, o *outcome) (lost bool,
 			WHERE settlement_id = $1 AND state = $2`,
 			append([]any{f.SettlementID, string(d.To), now}, facts...)...)
 	}
-	// The flag goes through the state machine, which writes its event.
-	statemachine.QueueFlag(b, f.SettlementID, o.flagReason, now)
 	kind := ""
 	if d.WriteMovement || d.WriteReversal {
 		kind = "payout"
@@ -757,6 +758,12 @@ func (r *Resolver) write(ctx context.Context, tx pgx.Tx, o *outcome) (lost bool,
 			return false, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
 		}
 	}
+	// The flag goes through the state machine, which writes its event
+	// (filled in at commit). The transition's event goes last: it is
+	// written once, with the settlement as this transaction leaves it (the
+	// hook writes only River's rows).
+	statemachine.QueueFlag(b, f.SettlementID, o.flagReason, now)
+	statemachine.QueueEvents(b, held...)
 	br := tx.SendBatch(ctx, b)
 	if att.id != 0 {
 		if _, err := br.Exec(); err != nil {
@@ -777,14 +784,20 @@ func (r *Resolver) write(ctx context.Context, tx pgx.Tx, o *outcome) (lost bool,
 			return true, nil
 		}
 	}
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return false, fmt.Errorf("error flagging settlement %s: %w", f.SettlementID, err)
-	}
 	if kind != "" {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return false, fmt.Errorf("error writing the %s movement of settlement %s: %w", kind, f.SettlementID, err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return false, fmt.Errorf("error flagging settlement %s: %w", f.SettlementID, err)
+	}
+	if len(held) > 0 {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return false, fmt.Errorf("error writing the events of settlement %s: %w", f.SettlementID, err)
 		}
 	}
 	if err := br.Close(); err != nil {

@@ -23,8 +23,12 @@ func EventType(to string) string { return "settlement." + to }
 // number n comes from settlements.event_seq, incremented by the same
 // statement's UPDATE of the settlement, so the settlement's row lock numbers
 // its events. The payload holds event_id, reason, at (and from_state for a
-// transition); the settlement itself is added when the transaction commits
-// (the deferred trigger settle_events_fill), as it stands then.
+// transition), and the settlement when the statement can tell how the
+// transaction leaves it (QueueEvents, CreationEvents, RecordConflicts:
+// written once, in their final form); an event inserted without it
+// (Transition, Flag, Created: their callers may write more) gets it when
+// the transaction commits (the deferred trigger settle_events_fill,
+// migrations 0011 and 0024), as the settlement stands then.
 const insertEventSQL = `INSERT INTO settlement_events (settlement_id, n, event_id, type, payload, created_at)
 			SELECT settlement_id, n, settlement_id || ':' || n, type, payload, created_at
 			FROM (`
@@ -65,12 +69,41 @@ func Flag(ctx context.Context, tx DBTX, id, reason string, at time.Time) error {
 }
 
 // QueueFlag queues Flag's statement in b, for a caller that sends its
-// statements in one round trip.
+// statements in one round trip. Its event gets the settlement when the
+// transaction commits, as Flag's.
 func QueueFlag(b *pgx.Batch, id, reason string, at time.Time) {
 	if at.IsZero() {
 		at = time.Now()
 	}
 	b.Queue(flagSQL, id, reason, at)
+}
+
+// QueueEvents queues in b the INSERT of the events that TransitionHeld
+// held back, each written once, in its final form: its payload is the
+// settlement as the statement finds it (settle_settlement_view), so it
+// must be the last write of the transaction to those settlements (a
+// River job may follow; a bank attempt, a movement, a flag or a
+// transition may not). It queues nothing when held is empty.
+func QueueEvents(b *pgx.Batch, held ...Held) {
+	if len(held) == 0 {
+		return
+	}
+	ids, from, to, reasons := make([]string, len(held)), make([]string, len(held)), make([]string, len(held)), make([]string, len(held))
+	ns := make([]int32, len(held))
+	ats := make([]time.Time, len(held))
+	for i, h := range held {
+		ids[i], ns[i], from[i], to[i], reasons[i], ats[i] = h.SettlementID, int32(h.N), string(h.From), string(h.To), h.Reason, h.At
+	}
+	b.Queue(`
+		`+insertEventSQL+`
+			SELECT h.settlement_id, h.n, 'settlement.' || h.to_state AS type,
+				coalesce(settle_settlement_view(h.settlement_id), '{}') ||
+				jsonb_build_object('event_id', h.settlement_id || ':' || h.n, 'reason', h.reason,
+					'at', settle_json_time(h.at), 'from_state', h.from_state) AS payload, h.at AS created_at
+			FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+				AS h(settlement_id, n, from_state, to_state, reason, at)
+		) e`,
+		ids, ns, from, to, reasons, ats)
 }
 
 // Conflict is one receipt conflict: an event whose settlement_id was
@@ -87,6 +120,10 @@ type Conflict struct {
 
 // RecordConflicts writes conflicts to receipt_conflicts, each with its
 // settlement.conflict event, in one statement in the caller's transaction.
+// It changes nothing GET shows of the settlements, so each event is written
+// once with the settlement as the statement finds it: the caller records
+// the conflicts after its other writes to those settlements (intake, in a
+// transaction of their own).
 // The settlements are locked in id order, so that two callers never
 // deadlock.
 func RecordConflicts(ctx context.Context, tx DBTX, at time.Time, conflicts ...Conflict) error {
@@ -128,6 +165,7 @@ func RecordConflicts(ctx context.Context, tx DBTX, at time.Time, conflicts ...Co
 		)
 		`+insertEventSQL+`
 			SELECT c.settlement_id, b.base + c.k AS n, '`+EventConflict+`' AS type,
+				coalesce(settle_settlement_view(c.settlement_id), '{}') ||
 				jsonb_build_object('event_id', c.settlement_id || ':' || (b.base + c.k), 'reason', 'receipt_conflict',
 					'at', settle_json_time($6), 'stored_hash', c.stored_hash, 'incoming_hash', c.incoming_hash,
 					'incoming_event_id', c.event_id) AS payload,

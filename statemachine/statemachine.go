@@ -102,61 +102,109 @@ type Change struct {
 var ownColumns = regexp.MustCompile(`(?i)(^|[\s,])(state|event_seq|updated_at)\s*=`)
 
 // Transition moves a settlement from c.From to c.To inside tx and appends
-// the transition to its history. It returns a *TransitionError wrapping
-// ErrForbidden, ErrLostRace or ErrNotFound when it did not happen; the
-// caller must then roll back whatever else it wrote in tx.
+// the transition to its history, with its outcome event. It returns a
+// *TransitionError wrapping ErrForbidden, ErrLostRace or ErrNotFound when
+// it did not happen; the caller must then roll back whatever else it wrote
+// in tx.
+//
+// Its caller may write more about the settlement after it, so the event is
+// inserted without the settlement and filled in when tx commits (the
+// deferred trigger settle_events_fill). A caller that writes its other
+// facts after the transition in a known order writes the event once
+// instead, in its final form: TransitionHeld, then QueueEvents.
 func Transition(ctx context.Context, tx DBTX, c Change) error {
+	_, err := transition(ctx, tx, c, false)
+	return err
+}
+
+// Held is the outcome event of a transition (TransitionHeld), numbered
+// but not written yet: its writer writes it with QueueEvents, after the
+// transaction's other writes to the settlement.
+type Held struct {
+	SettlementID string
+	// N is the event's number (event_id is SettlementID:N).
+	N      int
+	From   settlement.State
+	To     settlement.State
+	Reason string
+	At     time.Time
+}
+
+// TransitionHeld is Transition with the event held back: the transition,
+// its history row and its ledger effects are written, and the event,
+// numbered, is returned for the caller to write last in tx with QueueEvents,
+// so that it is written once, with the settlement as tx leaves it. A caller
+// that forgets it fails the outbox's invariant (events numbered 1..n, n
+// being event_seq: audit.EventViolations) and the caller's tests.
+func TransitionHeld(ctx context.Context, tx DBTX, c Change) (Held, error) {
+	if c.At.IsZero() {
+		c.At = time.Now()
+	}
+	n, err := transition(ctx, tx, c, true)
+	if err != nil {
+		return Held{}, err
+	}
+	return Held{SettlementID: c.SettlementID, N: n, From: c.From, To: c.To, Reason: c.Reason, At: c.At}, nil
+}
+
+// transition applies c and returns the number of its event, written by
+// the statement unless held.
+func transition(ctx context.Context, tx DBTX, c Change, held bool) (int, error) {
 	if !Allowed(c.From, c.To) {
-		return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Err: ErrForbidden}
+		return 0, &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Err: ErrForbidden}
 	}
 	if c.At.IsZero() {
 		c.At = time.Now()
 	}
 	if c.Source == "" {
-		return fmt.Errorf("error moving settlement %s from %s to %s: %w", c.SettlementID, c.From, c.To, ErrNoSource)
+		return 0, fmt.Errorf("error moving settlement %s from %s to %s: %w", c.SettlementID, c.From, c.To, ErrNoSource)
 	}
 	set := ""
 	if c.Set != "" {
 		if ownColumns.MatchString(c.Set) {
-			return fmt.Errorf("error moving settlement %s from %s to %s: Set assigns a column of the transition: %s", c.SettlementID, c.From, c.To, c.Set)
+			return 0, fmt.Errorf("error moving settlement %s from %s to %s: Set assigns a column of the transition: %s", c.SettlementID, c.From, c.To, c.Set)
 		}
 		set = ", " + c.Set
 	}
-	// One statement: the optimistic update and the history row commit or
-	// fail together, and the row count says whether we won.
-	var id int64
-	err := tx.QueryRow(ctx, `
-		WITH moved AS (
-			UPDATE settlements SET state = $3, updated_at = $5, event_seq = event_seq + 1`+set+`
-			WHERE settlement_id = $1 AND state = $2
-			RETURNING settlement_id, event_seq, account_id, amount_cents, currency, bank
-		), event AS (
-			`+insertEventSQL+`
+	event := `, event AS (
+			` + insertEventSQL + `
 				SELECT settlement_id, event_seq AS n, 'settlement.' || $3::text AS type,
 					jsonb_build_object('event_id', settlement_id || ':' || event_seq, 'reason', $4::text,
 						'at', settle_json_time($5), 'from_state', $2::text) AS payload, $5::timestamptz AS created_at
 				FROM moved
 			) e
-		)`+transitionLedgerSQL[c.To]+`
+		)`
+	if held {
+		event = ""
+	}
+	// One statement: the optimistic update and the history row commit or
+	// fail together, and the row count says whether we won.
+	var n int
+	err := tx.QueryRow(ctx, `
+		WITH moved AS (
+			UPDATE settlements SET state = $3, updated_at = $5, event_seq = event_seq + 1`+set+`
+			WHERE settlement_id = $1 AND state = $2
+			RETURNING settlement_id, event_seq, account_id, amount_cents, currency, bank
+		)`+event+transitionLedgerSQL[c.To]+`
 		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at, source)
 		SELECT settlement_id, $2, $3, $4, $5, $`+strconv.Itoa(6+len(c.SetArgs))+` FROM moved
-		RETURNING id`,
-		append(append([]any{c.SettlementID, string(c.From), string(c.To), c.Reason, c.At}, c.SetArgs...), string(c.Source))...).Scan(&id)
+		RETURNING (SELECT event_seq FROM moved)`,
+		append(append([]any{c.SettlementID, string(c.From), string(c.To), c.Reason, c.At}, c.SetArgs...), string(c.Source))...).Scan(&n)
 	if err == nil {
-		return nil
+		return n, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("error moving settlement %s from %s to %s: %w", c.SettlementID, c.From, c.To, err)
+		return 0, fmt.Errorf("error moving settlement %s from %s to %s: %w", c.SettlementID, c.From, c.To, err)
 	}
 	var actual string
 	err = tx.QueryRow(ctx, "SELECT state FROM settlements WHERE settlement_id = $1", c.SettlementID).Scan(&actual)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Err: settlement.ErrNotFound}
+		return 0, &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Err: settlement.ErrNotFound}
 	case err != nil:
-		return fmt.Errorf("error reading state of settlement %s: %w", c.SettlementID, err)
+		return 0, fmt.Errorf("error reading state of settlement %s: %w", c.SettlementID, err)
 	}
-	return &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Actual: settlement.State(actual), Err: ErrLostRace}
+	return 0, &TransitionError{SettlementID: c.SettlementID, From: c.From, To: c.To, Actual: settlement.State(actual), Err: ErrLostRace}
 }
 
 // CreationCounted is the event_seq (an SQL literal) of a settlements row
@@ -169,16 +217,44 @@ func Transition(ctx context.Context, tx DBTX, c Change) error {
 const CreationCounted = "1"
 
 // Created records the creation of settlements (→ pending) in their
-// history and takes each one's hold on its account (creating the account
-// on first use), in one statement however many there are. The settlements
-// rows themselves are inserted by the caller in the same transaction, with
-// event_seq CreationCounted or 0.
+// history, with each one's creation event, and takes each one's hold on its
+// account (creating the account on first use), in one statement however
+// many there are. The settlements rows themselves are inserted by the
+// caller in the same transaction, with event_seq CreationCounted or 0.
+//
+// Its caller may write more about the settlements after it, so the events
+// are inserted without the settlement and filled in when the transaction
+// commits; a caller that knows its last write to them writes the events
+// once instead: CreatedHeld, then CreationEvents.
 func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settlementIDs ...string) error {
+	return created(ctx, tx, reason, at, settlementIDs, false)
+}
+
+// CreatedHeld is Created with the creation events held back: its caller
+// writes them with CreationEvents after the transaction's other writes to
+// the settlements (intake: after the replays it counts), once, in their
+// final form.
+func CreatedHeld(ctx context.Context, tx DBTX, reason string, at time.Time, settlementIDs ...string) error {
+	return created(ctx, tx, reason, at, settlementIDs, true)
+}
+
+func created(ctx context.Context, tx DBTX, reason string, at time.Time, settlementIDs []string, held bool) error {
 	if len(settlementIDs) == 0 {
 		return nil
 	}
 	if at.IsZero() {
 		at = time.Now()
+	}
+	event := `, event AS (
+			` + insertEventSQL + `
+				SELECT settlement_id, event_seq AS n, 'settlement.' || $2::text AS type,
+					jsonb_build_object('event_id', settlement_id || ':' || event_seq, 'reason', $3::text,
+						'at', settle_json_time($4)) AS payload, $4::timestamptz AS created_at
+				FROM moved
+			) e
+		)`
+	if held {
+		event = ""
 	}
 	// The transition rows name the ids given (a missing settlement is a
 	// foreign key error); the events are numbered by the settlements' rows.
@@ -197,19 +273,39 @@ func Created(ctx context.Context, tx DBTX, reason string, at time.Time, settleme
 			UNION ALL
 			SELECT settlement_id, event_seq, account_id, amount_cents, currency, bank FROM settlements
 			WHERE settlement_id = ANY($1::text[]) AND event_seq = `+CreationCounted+`
-		), event AS (
-			`+insertEventSQL+`
-				SELECT settlement_id, event_seq AS n, 'settlement.' || $2::text AS type,
-					jsonb_build_object('event_id', settlement_id || ':' || event_seq, 'reason', $3::text,
-						'at', settle_json_time($4)) AS payload, $4::timestamptz AS created_at
-				FROM moved
-			) e
-		)`+holdSQL+`
+		)`+event+holdSQL+`
 		INSERT INTO settlement_transitions (settlement_id, from_state, to_state, reason, at, source)
 		SELECT id, NULL, $2, $3, $4, 'intake' FROM unnest($1::text[]) AS id`,
 		settlementIDs, string(settlement.Pending), reason, at)
 	if err != nil {
 		return fmt.Errorf("error recording creation of %d settlements: %w", len(settlementIDs), err)
+	}
+	return nil
+}
+
+// CreationEvents writes the creation events that CreatedHeld held back,
+// with the same reason and time, each numbered by its settlement's
+// event_seq as CreatedHeld left it and holding the settlement as the
+// statement finds it: call it after the transaction's last other write to
+// those settlements, and before any other event of theirs.
+func CreationEvents(ctx context.Context, tx DBTX, reason string, at time.Time, settlementIDs ...string) error {
+	if len(settlementIDs) == 0 {
+		return nil
+	}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO settlement_events (settlement_id, n, event_id, type, payload, created_at)
+		SELECT s.settlement_id, s.event_seq, s.settlement_id || ':' || s.event_seq, '`+EventType(string(settlement.Pending))+`',
+			settle_settlement_view(s.settlement_id) || jsonb_build_object('event_id', s.settlement_id || ':' || s.event_seq,
+				'reason', $2::text, 'at', settle_json_time($3)),
+			$3::timestamptz
+		FROM settlements s WHERE s.settlement_id = ANY($1::text[])
+		ORDER BY s.settlement_id`,
+		settlementIDs, reason, at)
+	if err != nil {
+		return fmt.Errorf("error writing the creation events of %d settlements: %w", len(settlementIDs), err)
 	}
 	return nil
 }
