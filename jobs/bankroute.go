@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,60 +32,58 @@ type bankRouter struct {
 	slots map[string]chan struct{}
 	// sends holds, per bank served, a token for each send between its
 	// start and its recorded answer (sendsPerSlot for each slot). A send
-	// gives its slot back as soon as the bank has answered (sendTokens),
-	// and the next send takes it while the answer is written: this bounds
-	// the answers waiting for the database, so that sends to a fast bank
-	// cannot outrun their recording.
+	// holds a slot only while the bank has its calls (reconcile.
+	// WithBankSlot): the next sends load and claim while the bank answers
+	// this one, and take its slot while its answer is written. This bounds
+	// the sends claimed and waiting for a slot and the answers waiting for
+	// the database, so that sends to a fast bank cannot outrun their
+	// recording.
 	sends map[string]chan struct{}
 }
 
-// sendsPerSlot is how many sends per bank slot may be under way at once,
-// counting those whose answer is being recorded: 2, one at the bank and
-// one writing its answer.
+// sendsPerSlot is how many sends per bank slot may be under way at once:
+// 2, one at the bank and one claiming or writing its answer.
 const sendsPerSlot = 2
 
 // errHandover is acquireSend's answer when stop came first.
-var errHandover = errors.New("hand-over time reached before a bank slot was free")
+var errHandover = errors.New("hand-over time reached before a send could start")
 
-// sendTokens are what one send holds: a place among the bank's sends under
-// way, and a slot of its concurrency, given back as soon as the bank has
-// answered (answered, through reconcile.WithAnswered) or at the latest
-// with the place (done).
+// sendTokens is what one send holds: a place among its bank's sends under
+// way, and the slots it lends the Resolver (bankSlot).
 type sendTokens struct {
-	slot, send chan struct{}
-	once       sync.Once
+	slots, send chan struct{}
 }
 
-// answered gives the bank slot back; only its first call does.
-func (t *sendTokens) answered() { t.once.Do(func() { <-t.slot }) }
-
-// done ends the send: its slot, if still held, and its place.
-func (t *sendTokens) done() {
-	t.answered()
-	<-t.send
+// bankSlot is the slot of the bank's concurrency the Resolver takes for
+// the send's bank calls and gives back once its POST is answered.
+func (t *sendTokens) bankSlot() reconcile.BankSlot {
+	return reconcile.BankSlot{
+		Acquire: func(ctx context.Context) error {
+			select {
+			case t.slots <- struct{}{}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		Release: func() { <-t.slots },
+	}
 }
 
-// acquireSend waits for a place among bank's sends and then for a slot of
-// its concurrency. It returns errHandover when stop fires first, or ctx's
-// error, holding nothing then.
+// done gives the send's place back, once its answer is recorded.
+func (t *sendTokens) done() { <-t.send }
+
+// acquireSend waits for a place among bank's sends under way. It returns
+// errHandover when stop fires first, or ctx's error.
 func (rt *bankRouter) acquireSend(ctx context.Context, bank string, stop <-chan time.Time) (*sendTokens, error) {
-	t := &sendTokens{slot: rt.slots[bank], send: rt.sends[bank]}
+	t := &sendTokens{slots: rt.slots[bank], send: rt.sends[bank]}
 	select {
 	case t.send <- struct{}{}:
+		return t, nil
 	case <-stop:
 		return nil, errHandover
 	case <-ctx.Done():
 		return nil, fmt.Errorf("error waiting for a send of %s: %w", bank, ctx.Err())
-	}
-	select {
-	case t.slot <- struct{}{}:
-		return t, nil
-	case <-stop:
-		<-t.send
-		return nil, errHandover
-	case <-ctx.Done():
-		<-t.send
-		return nil, fmt.Errorf("error waiting for a bank slot of %s: %w", bank, ctx.Err())
 	}
 }
 

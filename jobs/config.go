@@ -55,8 +55,9 @@ type Deps struct {
 
 	// BankConcurrency is how many bank jobs (send, reconcile) one process
 	// runs at once, and how many bank calls it has in flight for each bank:
-	// the sends of a send_batch job count one each, from their start to
-	// their POST's answer (the answer's recording holds no slot).
+	// the sends of a send_batch job count one each, while the bank has
+	// their calls (the claim before the POST and the recording of its
+	// answer hold no slot).
 	BankConcurrency int
 	// MaintenanceConcurrency is how many sweep/retention jobs run at once.
 	MaintenanceConcurrency int

@@ -17,9 +17,11 @@ import (
 
 // SendBatchWorker works send_batch: reconcile.Resolver.Send for each of
 // the job's settlements, concurrently within the bank concurrency: a send
-// holds a slot of it until the bank has answered its POST, and the next
-// send takes the slot while that answer is recorded (at most two sends
-// per slot under way, sendsPerSlot). Each
+// holds a slot of it only while the bank has its calls, from just after
+// its claim commits to its POST's answer (reconcile.WithBankSlot), so the
+// next sends claim while the bank answers and take the slot while this
+// answer is recorded (at most two sends per slot under way,
+// sendsPerSlot). Each
 // answer is recorded in a transaction of its own (or in an outcome group),
 // with its follow-up check when one is due, exactly as a send_instruction
 // records it; the job itself completes once every send has recorded its
@@ -74,7 +76,9 @@ func (w *SendBatchWorker) Work(ctx context.Context, job *river.Job[SendBatchArgs
 		}
 		wg.Go(func() {
 			defer tokens.done()
-			if err := w.send(reconcile.WithAnswered(ctx, tokens.answered), r, job, id); err != nil {
+			ctx, release := reconcile.WithBankSlot(ctx, tokens.bankSlot())
+			defer release()
+			if err := w.send(ctx, r, job, id); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

@@ -39,7 +39,9 @@ func (w *SendWorker) Work(ctx context.Context, job *river.Job[SendInstructionArg
 		return err
 	}
 	defer tokens.done()
-	_, err = r.Send(reconcile.WithAnswered(ctx, tokens.answered), id, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
+	ctx, release := reconcile.WithBankSlot(ctx, tokens.bankSlot())
+	defer release()
+	_, err = r.Send(ctx, id, func(ctx context.Context, tx pgx.Tx, out reconcile.Outcome) error {
 		if !out.Done && !out.NextCheckAt.IsZero() {
 			if err := insertReconcileTx(ctx, tx, id, job.Queue, out.NextCheckAt); err != nil {
 				return err

@@ -380,6 +380,9 @@ type attempt struct {
 // is claimed only once the consent is authorised.
 func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, error) {
 	if f.consentPending(r.policy()) {
+		if err := takeSlot(ctx); err != nil {
+			return Outcome{}, fmt.Errorf("error waiting for a bank slot for settlement %s: %w", f.SettlementID, err)
+		}
 		out, pay, err := r.consent(ctx, f, hook)
 		if err != nil || !pay {
 			return out, err
@@ -393,6 +396,9 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 	}
 	if f.Granted {
 		// Nothing is claimed with a token about to expire.
+		if err := takeSlot(ctx); err != nil {
+			return Outcome{}, fmt.Errorf("error waiting for a bank slot for settlement %s: %w", f.SettlementID, err)
+		}
 		if err := r.freshGrant(ctx, &f); err != nil {
 			return Outcome{}, err
 		}
@@ -413,13 +419,21 @@ func (r *Resolver) send(ctx context.Context, f facts, hook TxHook) (Outcome, err
 		return Outcome{}, fmt.Errorf("error claiming the send of settlement %s: %w", f.SettlementID, err)
 	}
 	f.FirstAttemptAt = first
+	if err := takeSlot(ctx); err != nil {
+		// Claimed, never sent: the lost-answer path's, after the lease.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		defer cancel()
+		att.answer.Detail = err.Error()
+		r.finishAttempt(rctx, att)
+		return Outcome{}, fmt.Errorf("error waiting for a bank slot for settlement %s: %w", f.SettlementID, err)
+	}
 
 	crash.Point(crash.SendBeforeBank)
 	res, err := r.Bank.Send(ctx, f.BankKey, f.request())
 	crash.Point(crash.SendAfterBank)
 	// The bank is done with this send: its slot may serve the next one
 	// while the answer is recorded.
-	answered(ctx)
+	giveSlot(ctx)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
@@ -471,6 +485,9 @@ func (r *Resolver) check(ctx context.Context, f facts, hook TxHook) (Outcome, er
 	att := attempt{op: map[Question]string{AskReplay: bankclient.OpReplay, AskSearch: bankclient.OpSearch}[q]}
 	if att.op == "" {
 		att.op = bankclient.OpStatus
+	}
+	if err := takeSlot(ctx); err != nil {
+		return Outcome{}, fmt.Errorf("error waiting for a bank slot for settlement %s: %w", f.SettlementID, err)
 	}
 	if err := r.DB.QueryRow(ctx, `
 		INSERT INTO bank_attempts (settlement_id, op, bank_key, started_at)
