@@ -210,7 +210,9 @@ type Target struct {
 func target(name, formula string, ratio float64, op string, bound float64) Target {
 	pass := ratio >= bound
 	if op == "<=" {
-		pass = ratio <= bound
+		// A ratio of 0 is a figure not measured (or a division by one),
+		// never a pass.
+		pass = ratio > 0 && ratio <= bound
 	}
 	return Target{Name: name, Formula: formula, Ratio: ratio, Op: op, Bound: bound, Pass: pass}
 }
