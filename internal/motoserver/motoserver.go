@@ -13,6 +13,7 @@
 package motoserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,12 +67,30 @@ func Path() (string, error) {
 }
 
 // Start starts moto_server on a free port of 127.0.0.1, its output to log
-// (nil: discarded), and returns once it answers HTTP on that port.
+// (nil: discarded), and returns once it answers HTTP on that port. The
+// port is found free and then handed to moto_server, so another listener
+// of the machine can take it in between; moto_server then exits, and Start
+// tries again on another port (three tries).
 func Start(ctx context.Context, log io.Writer) (*Server, error) {
 	exe, err := Path()
 	if err != nil {
 		return nil, err
 	}
+	for try := 1; ; try++ {
+		s, err := start(ctx, exe, log)
+		if errors.Is(err, errExitedAtStart) && try < 3 {
+			continue
+		}
+		return s, err
+	}
+}
+
+// errExitedAtStart is moto_server ending before it answered, as it does
+// when its port was taken.
+var errExitedAtStart = errors.New("moto_server exited at start")
+
+// start is one try of Start.
+func start(ctx context.Context, exe string, log io.Writer) (*Server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("error finding a free port for moto_server: %w", err)
@@ -108,20 +127,31 @@ func (s *Server) wait(ctx context.Context, within time.Duration) error {
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Backend+"/moto-api/", nil)
-		resp, err := client.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
+		if s.answers(ctx, client) {
 			return nil
 		}
 		select {
 		case <-s.done:
-			return fmt.Errorf("moto_server exited at start (%v)", s.cmd.ProcessState)
+			return fmt.Errorf("%w (%v)", errExitedAtStart, s.cmd.ProcessState)
 		case <-ctx.Done():
 			return fmt.Errorf("moto_server not answering on %s after %s", s.Backend, within)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// answers reports whether moto_server answers on its port: its dashboard,
+// not another server that took the port before it could (that one is
+// waited out: moto_server then exits).
+func (s *Server) answers(ctx context.Context, client *http.Client) bool {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Backend+"/moto-api/", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte("Moto"))
 }
 
 // Close stops the front, kills moto_server (its whole process group: the
