@@ -63,11 +63,12 @@ func endToEnd(t *testing.T, tg target) {
 	)
 	db := dbtest.New(t)
 	name := tg.name
-	b, env := tg.bank(t, 42, fakebank.Faults{
+	faults := fakebank.Faults{
 		FailBeforeRate: 0.10, DropResponseRate: 0.20, StatusErrorRate: 0.15,
 		LatencyMinMS: 0, LatencyMaxMS: 40, SettlementFailureRate: 0.03, SettleDelayMS: 200, ConsentDelayMS: 150,
 		TokenErrorRate: 0.1, TokenDropRate: 0.2,
-	})
+	}
+	b, env := tg.bank(t, 42, faults)
 	flags := append(workerFlags(b.url), "--bank", name)
 	workers := make([]*workertest.Worker, 3)
 	urls := &lockedURLs{urls: make([]string, 3)}
@@ -120,27 +121,27 @@ func endToEnd(t *testing.T, tg target) {
 	killAt := batches * 2 / 5
 	for bi := 0; bi < batches; bi++ {
 		evs := stream[bi*batchSize : min((bi+1)*batchSize, len(stream))]
-		if bi == killAt {
-			// Mid-run: wait until bank jobs are running (with three workers
-			// taking jobs, each holds some), kill w0 (the first started, so
-			// most likely River's leader, which runs the sweep: the harder
-			// case), and restart it on the same database.
-			var running, open int
-			waitFor(t, "bank jobs running", func() bool {
-				_ = db.Pool.QueryRow(context.Background(), `SELECT
-					(SELECT count(*) FROM river_job WHERE starts_with(queue, 'bank_') AND state = 'running'),
-					(SELECT count(*) FROM settlements WHERE state NOT IN ('confirmed', 'failed'))`).Scan(&running, &open)
-				return running >= 5
-			})
+		var statuses []int
+		deliver := func() { statuses = deliverBatch(t, urls, bi, evs) }
+		if bi != killAt {
+			deliver()
+		} else {
+			// Mid-run, with a bank call in flight: kill w0 (the first
+			// started, so most likely River's leader, which runs the
+			// sweep: the harder case), and restart it on the same
+			// database.
+			var open int
 			var leader string
-			_ = db.Pool.QueryRow(context.Background(), `SELECT leader_id FROM river_leader`).Scan(&leader)
-			workers[0].Kill()
-			t.Logf("SIGKILLed w0 after %d of %d batches (%s), with %d bank jobs running and %d settlements open; leader was %s",
-				bi, batches, time.Since(start).Round(time.Millisecond), running, open, leader)
-			workers[0] = startWorker(t, "w0-restarted", db.URL, env, flags...)
-			urls.set(0, workers[0].URL())
+			running, inFlight := killMidCall(t, db, b, name, faults, deliver, func() {
+				_ = db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM settlements WHERE state NOT IN ('confirmed', 'failed')`).Scan(&open)
+				_ = db.Pool.QueryRow(context.Background(), `SELECT leader_id FROM river_leader`).Scan(&leader)
+				workers[0].Kill()
+				workers[0] = startWorker(t, "w0-restarted", db.URL, env, flags...)
+				urls.set(0, workers[0].URL())
+			})
+			t.Logf("SIGKILLed w0 after %d of %d batches (%s), with %d bank jobs running, %d bank calls in flight and %d settlements open; leader was %s",
+				bi+1, batches, time.Since(start).Round(time.Millisecond), running, inFlight, open, leader)
 		}
-		statuses := deliverBatch(t, urls, bi, evs)
 		for _, s := range statuses {
 			counts[s]++
 		}

@@ -241,3 +241,39 @@ func (l *lockedURLs) get() []string {
 	defer l.mu.Unlock()
 	return append([]string(nil), l.urls...)
 }
+
+// killMidCall delivers a batch with deliver while the bank b answers each
+// call only after 400–600 ms, waits until a call to it is in flight inside
+// a running job of its queue, runs kill (which SIGKILLs a worker and starts
+// another) and gives the bank back its faults.
+//
+// Waiting for running bank jobs before delivering more events, as these
+// tests once did, can wait for ever: one job sends a batch of settlements,
+// so a worker may finish all it was given, and then no bank job runs until
+// more events come. Here the batch just delivered makes the jobs, and the
+// slow answers keep each call in flight for longer than a pause of the
+// wait, so the kill comes mid-call whatever the machine's load.
+func killMidCall(t *testing.T, db *dbtest.DB, b *bank, bankName string, faults fakebank.Faults, deliver, kill func()) (running, inFlight int) {
+	t.Helper()
+	slow := faults
+	slow.LatencyMinMS, slow.LatencyMaxMS = 400, 600
+	if err := b.SetFaults(slow); err != nil {
+		t.Fatal(err)
+	}
+	deliver()
+	ctx := context.Background()
+	settletest.Wait(t, "a bank call in flight in a running bank job", func() (bool, string) {
+		if err := db.Pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM river_job WHERE queue = 'bank_' || $1 AND state = 'running'),
+			(SELECT count(*) FROM bank_attempts a JOIN settlements s USING (settlement_id)
+			  WHERE a.finished_at IS NULL AND s.bank = $1)`, bankName).Scan(&running, &inFlight); err != nil {
+			t.Fatal(err)
+		}
+		return running > 0 && inFlight > 0, fmt.Sprintf("%d bank jobs running, %d calls in flight", running, inFlight)
+	})
+	kill()
+	if err := b.SetFaults(faults); err != nil {
+		t.Fatal(err)
+	}
+	return running, inFlight
+}

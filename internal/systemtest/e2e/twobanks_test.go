@@ -86,22 +86,22 @@ func TestTwoBanksOneDatabase(t *testing.T) {
 	killAt := batches / 2
 	counts := map[int]int{}
 	for bi := range batches {
-		if bi == killAt {
-			// Mid-stream, while Stripe's jobs run: SIGKILL its worker and
-			// start it again on the same database.
-			waitFor(t, "stripe jobs running", func() bool {
-				var running int
-				_ = db.Pool.QueryRow(context.Background(),
-					`SELECT count(*) FROM river_job WHERE queue = 'bank_stripe' AND state = 'running'`).Scan(&running)
-				return running >= 1
+		var statuses []int
+		deliver := func() { statuses = deliverBatch(t, urls, bi, stream[bi*batchSize:(bi+1)*batchSize]) }
+		if bi != killAt {
+			deliver()
+		} else {
+			// Mid-stream, with a call to Stripe in flight: SIGKILL its
+			// worker and start it again on the same database.
+			running, inFlight := killMidCall(t, db, banks["stripe"], "stripe", faults, deliver, func() {
+				workers[1].Kill()
+				workers[1] = startWorker(t, "w-stripe-restarted", db.URL, nil,
+					append(append(workerFlags(banks["stripe"].url), "--bank", "stripe"), routes...)...)
+				urls.set(1, workers[1].URL())
 			})
-			workers[1].Kill()
-			t.Logf("SIGKILLed the stripe worker after %d of %d batches", bi, batches)
-			workers[1] = startWorker(t, "w-stripe-restarted", db.URL, nil,
-				append(append(workerFlags(banks["stripe"].url), "--bank", "stripe"), routes...)...)
-			urls.set(1, workers[1].URL())
+			t.Logf("SIGKILLed the stripe worker after %d of %d batches, with %d stripe jobs running and %d calls to Stripe in flight", bi+1, batches, running, inFlight)
 		}
-		for _, s := range deliverBatch(t, urls, bi, stream[bi*batchSize:(bi+1)*batchSize]) {
+		for _, s := range statuses {
 			counts[s]++
 		}
 	}
