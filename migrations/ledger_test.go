@@ -2,6 +2,8 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/settle/settle/inspect"
@@ -92,5 +94,70 @@ func TestLedgerMigration(t *testing.T) {
 	ms, err := inspect.LedgerMismatches(ctx, db.Pool)
 	if err != nil || len(ms) != 0 {
 		t.Fatalf("ledger mismatches after the migration: %v, %v", ms, err)
+	}
+}
+
+// TestLedgerMigrationRefusesReservedAccounts: an earlier release's intake
+// took account ids starting with "settle:", the prefix of the ledger's own
+// accounts. Migration 0015 refuses such a database with an error that
+// names the accounts and the remedy, and changes nothing; once they are
+// renamed it applies.
+func TestLedgerMigrationRefusesReservedAccounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewEmpty(t)
+	migrateBefore(t, db, 15)
+	if _, err := db.Pool.Exec(ctx, `
+		INSERT INTO settlements (settlement_id, account_id, beneficiary, amount_cents, currency, state, bank_key, payload_hash, bank)
+		VALUES ('a', 'settle:funding', 'b', 100, 'EUR', 'confirmed', 'k-a', 'sha256:00', 'settle'),
+		       ('b', 'settle:clearing:settle', 'b', 200, 'EUR', 'pending', 'k-b', 'sha256:00', 'settle'),
+		       ('c', 'acc', 'b', 300, 'EUR', 'confirmed', 'k-c', 'sha256:00', 'settle');
+		INSERT INTO ledger_movements (settlement_id, kind, account_id, amount_cents, currency)
+		VALUES ('a', 'payout', 'settle:funding', 100, 'EUR'), ('c', 'payout', 'acc', 300, 'EUR')`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := migrations.Migrate(ctx, db.Pool)
+	var reserved *migrations.ReservedAccountsError
+	if !errors.As(err, &reserved) {
+		t.Fatalf("Migrate = %v, want a ReservedAccountsError", err)
+	}
+	if reserved.Settlements != 3 || len(reserved.Examples) != 2 {
+		t.Fatalf("error %+v, want 3 rows (two settlements, one movement) and two accounts", reserved)
+	}
+	for _, want := range []string{`"settle:clearing:settle"`, `"settle:funding"`, "rename", "nothing was changed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %s", err, want)
+		}
+	}
+	var applied int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM settle_schema_migrations WHERE version >= 15").Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	var ledger bool
+	if err := db.Pool.QueryRow(ctx, "SELECT to_regclass('ledger_accounts') IS NOT NULL").Scan(&ledger); err != nil {
+		t.Fatal(err)
+	}
+	if applied != 0 || ledger {
+		t.Fatalf("a refused run applied %d migrations from 0015 on (ledger_accounts exists: %v)", applied, ledger)
+	}
+
+	// The remedy the error names.
+	if _, err := db.Pool.Exec(ctx, `BEGIN;
+		ALTER TABLE ledger_movements DISABLE TRIGGER ledger_movements_append_only;
+		UPDATE settlements SET account_id = 'legacy-' || account_id WHERE starts_with(account_id, 'settle:');
+		UPDATE ledger_movements SET account_id = 'legacy-' || account_id WHERE starts_with(account_id, 'settle:');
+		ALTER TABLE ledger_movements ENABLE TRIGGER ledger_movements_append_only;
+		COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Migrate(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	var debit string
+	if err := db.Pool.QueryRow(ctx, `SELECT debit_account FROM ledger_postings WHERE settlement_id = 'a' AND kind = 'payout'`).Scan(&debit); err != nil {
+		t.Fatal(err)
+	}
+	if debit != "legacy-settle:funding" {
+		t.Fatalf("settlement a's payout debits %q, want the renamed account", debit)
 	}
 }

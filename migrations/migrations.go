@@ -88,6 +88,57 @@ var ErrBindBankRequired = errors.New("settlements exist and no bank was named to
 // bindBankVersion is the migration that binds settlements to a bank.
 const bindBankVersion = 12
 
+// ledgerVersion is the migration that creates the ledger, whose own
+// accounts are named settle:… (ledger.SystemPrefix).
+const ledgerVersion = 15
+
+// ReservedAccountsError is returned when migration 0015 would have to
+// open a customer account whose id starts with "settle:", the prefix of
+// the ledger's own accounts (settle:funding, settle:clearing:BANK): an
+// earlier release's intake accepted such ids, and one could name the same
+// account as the ledger's own. Nothing is changed; the operator renames
+// the accounts and migrates again.
+type ReservedAccountsError struct {
+	// Settlements is how many settlements (or ledger movements) pay from
+	// such an account, Examples up to five of their account ids.
+	Settlements int
+	Examples    []string
+}
+
+func (e *ReservedAccountsError) Error() string {
+	return fmt.Sprintf("migration 0015 (the ledger) cannot open the accounts of %d settlements or ledger movements "+
+		"whose account_id starts with \"settle:\", which names the ledger's own accounts from this release on "+
+		"(e.g. %s); nothing was changed: rename those accounts in settlements and ledger_movements "+
+		"(one transaction, with the trigger ledger_movements_append_only disabled for it) and run settle migrate again",
+		e.Settlements, strings.Join(e.Examples, ", "))
+}
+
+// reservedAccounts returns a *ReservedAccountsError when settlements or
+// ledger movements pay from an account named like the ledger's own.
+func reservedAccounts(ctx context.Context, tx pgx.Tx) error {
+	const reserved = `SELECT account_id FROM settlements WHERE starts_with(account_id, 'settle:')
+		UNION ALL SELECT account_id FROM ledger_movements WHERE starts_with(account_id, 'settle:')`
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM ("+reserved+") a").Scan(&n); err != nil {
+		return fmt.Errorf("error looking for accounts named like the ledger's own: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, "SELECT DISTINCT account_id FROM ("+reserved+") a ORDER BY 1 LIMIT 5")
+	if err != nil {
+		return fmt.Errorf("error looking for accounts named like the ledger's own: %w", err)
+	}
+	examples, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("error looking for accounts named like the ledger's own: %w", err)
+	}
+	for i, e := range examples {
+		examples[i] = strconv.Quote(e)
+	}
+	return &ReservedAccountsError{Settlements: n, Examples: examples}
+}
+
 // Result says what Migrate did.
 type Result struct {
 	// Applied lists the app migrations applied by this call.
@@ -169,6 +220,11 @@ func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts Options) (Result,
 				}
 				if any {
 					return ErrBindBankRequired
+				}
+			}
+			if m.Version == ledgerVersion {
+				if err := reservedAccounts(ctx, tx); err != nil {
+					return err
 				}
 			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
