@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -171,10 +173,20 @@ func Redeliver(ctx context.Context, tx DB, t Target, now time.Time) ([]Redeliver
 	if set != 1 {
 		return nil, ErrNoTarget
 	}
+	// An event is found by its settlement and number, which its id is
+	// made of (migration 0026 dropped the index on the id itself).
+	var idSettlement string
+	var idN int
+	if t.EventID != "" {
+		var ok bool
+		if idSettlement, idN, ok = SplitEventID(t.EventID); !ok {
+			return nil, fmt.Errorf("no event %s: %w", t.EventID, settlement.ErrNotFound)
+		}
+	}
 	rows, err := tx.Query(ctx, `
 		WITH target AS (
 			SELECT DISTINCT e.seq, e.settlement_id, e.n FROM settlement_events e
-			WHERE e.event_id = $1 OR e.settlement_id = $2
+			WHERE (e.settlement_id = $1 AND e.n = $5) OR e.settlement_id = $2
 			   OR ($3 AND EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event_seq = e.seq AND d.state = 'dead'))
 		), queued AS (
 			INSERT INTO event_deliveries (event_seq, sink, settlement_id, n, state, next_attempt_at)
@@ -186,7 +198,7 @@ func Redeliver(ctx context.Context, tx DB, t Target, now time.Time) ([]Redeliver
 			RETURNING settlement_id
 		)
 		SELECT settlement_id, count(*) FROM queued GROUP BY settlement_id ORDER BY settlement_id`,
-		t.EventID, t.SettlementID, t.Dead, now)
+		idSettlement, t.SettlementID, t.Dead, now, idN)
 	if err != nil {
 		return nil, fmt.Errorf("error queueing events again: %w", err)
 	}
@@ -199,8 +211,8 @@ func Redeliver(ctx context.Context, tx DB, t Target, now time.Time) ([]Redeliver
 	}
 	if len(out) == 0 && !t.Dead {
 		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settlement_events WHERE event_id = $1 OR settlement_id = $2)`,
-			t.EventID, t.SettlementID).Scan(&exists); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM settlement_events WHERE (settlement_id = $1 AND n = $3) OR settlement_id = $2)`,
+			idSettlement, t.SettlementID, idN).Scan(&exists); err != nil {
 			return nil, fmt.Errorf("error queueing events again: %w", err)
 		}
 		if !exists {
@@ -208,6 +220,22 @@ func Redeliver(ctx context.Context, tx DB, t Target, now time.Time) ([]Redeliver
 		}
 	}
 	return out, nil
+}
+
+// SplitEventID returns the settlement and the number an event id is made
+// of (<settlement_id>:<n>, n from 1, in decimal without leading zeros, so
+// the id splits at its last colon), and false for a string no event id
+// can be.
+func SplitEventID(id string) (settlementID string, n int, ok bool) {
+	i := strings.LastIndexByte(id, ':')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil || n < 1 || strconv.Itoa(n) != id[i+1:] {
+		return "", 0, false
+	}
+	return id[:i], n, true
 }
 
 // Prune deletes, in one batch of at most limit, the events created before

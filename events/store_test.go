@@ -98,8 +98,10 @@ func TestListRedeliverPrune(t *testing.T) {
 	if rcv.Duplicates() != 1 || len(rcv.Accepted()) != 2+len(story) {
 		t.Errorf("after redelivery: %d duplicates, %d accepted", rcv.Duplicates(), len(rcv.Accepted()))
 	}
-	if _, err := events.Redeliver(ctx, db.Pool, events.Target{EventID: "nope:1"}, time.Now()); !errors.Is(err, settlement.ErrNotFound) {
-		t.Errorf("Redeliver of an unknown event: %v", err)
+	for _, id := range []string{"nope:1", "l1:99", "l1", "l1:0", "l1:02", "l1:x", ":1", "l1:-1"} {
+		if _, err := events.Redeliver(ctx, db.Pool, events.Target{EventID: id}, time.Now()); !errors.Is(err, settlement.ErrNotFound) {
+			t.Errorf("Redeliver of the unknown event %q: %v", id, err)
+		}
 	}
 	if _, err := events.Redeliver(ctx, db.Pool, events.Target{EventID: "l1:1", Dead: true}, time.Now()); !errors.Is(err, events.ErrNoTarget) {
 		t.Errorf("Redeliver of two targets: %v", err)
@@ -128,5 +130,36 @@ func TestListRedeliverPrune(t *testing.T) {
 	}
 	if pruned, err := events.Prune(ctx, db.Pool, time.Now().Add(-time.Hour), 100); err != nil || pruned != 0 {
 		t.Fatalf("Prune of nothing old = %d, %v", pruned, err)
+	}
+}
+
+// TestSplitEventID: an event id splits at its last colon into the
+// settlement (which may hold colons) and a number from 1 without leading
+// zeros; anything else is no event id.
+func TestSplitEventID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		id  string
+		sid string
+		n   int
+		ok  bool
+	}{
+		{"s-1:1", "s-1", 1, true},
+		{"a:b:c:12", "a:b:c", 12, true},
+		{"x::3", "x:", 3, true},
+		{"s-1", "", 0, false},
+		{":1", "", 0, false},
+		{"s:0", "", 0, false},
+		{"s:01", "", 0, false},
+		{"s:+1", "", 0, false},
+		{"s:-1", "", 0, false},
+		{"s:1 ", "", 0, false},
+		{"s:", "", 0, false},
+		{"s:99999999999999999999999", "", 0, false},
+	} {
+		sid, n, ok := events.SplitEventID(tc.id)
+		if sid != tc.sid || n != tc.n || ok != tc.ok {
+			t.Errorf("SplitEventID(%q) = %q, %d, %v; want %q, %d, %v", tc.id, sid, n, ok, tc.sid, tc.n, tc.ok)
+		}
 	}
 }
