@@ -174,11 +174,23 @@ func (in Inserter) InsertSendTx(ctx context.Context, tx pgx.Tx, sends []intake.S
 		}
 		params = append(params, river.InsertManyParams{Args: SendBatchArgs{SettlementIDs: ids}, InsertOpts: opts})
 	}
-	if _, err := in.Client.InsertManyFastTx(ctx, tx, params); err != nil {
+	// A few jobs go in one INSERT statement (one round trip); many go by
+	// COPY, which costs two round trips (the COPY, then its data and end)
+	// and a goroutine whatever the number.
+	var err error
+	if len(params) <= copyJobsFrom {
+		_, err = in.Client.InsertManyTx(ctx, tx, params)
+	} else {
+		_, err = in.Client.InsertManyFastTx(ctx, tx, params)
+	}
+	if err != nil {
 		return fmt.Errorf("error inserting send jobs: %w", err)
 	}
 	return nil
 }
+
+// copyJobsFrom is the fewest send jobs InsertSendTx inserts by COPY.
+const copyJobsFrom = 64
 
 // sendChunks splits sends by bank (banks in the order they first appear,
 // settlements in theirs) into chunks of at most size (one each when size is
