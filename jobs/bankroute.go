@@ -58,14 +58,7 @@ type sendTokens struct {
 // the send's bank calls and gives back once its POST is answered.
 func (t *sendTokens) bankSlot() reconcile.BankSlot {
 	return reconcile.BankSlot{
-		Acquire: func(ctx context.Context) error {
-			select {
-			case t.slots <- struct{}{}:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		},
+		Acquire: func(ctx context.Context) error { return takeSlot(ctx, t.slots) },
 		Release: func() { <-t.slots },
 	}
 }
@@ -91,11 +84,20 @@ func (rt *bankRouter) acquireSend(ctx context.Context, bank string, stop <-chan 
 // or ctx's error.
 func (rt *bankRouter) acquire(ctx context.Context, bank string) (release func(), err error) {
 	slots := rt.slots[bank]
+	if err := takeSlot(ctx, slots); err != nil {
+		return nil, fmt.Errorf("error waiting for a bank slot of %s: %w", bank, err)
+	}
+	return func() { <-slots }, nil
+}
+
+// takeSlot waits for a place in slots (given back by receiving from it),
+// or returns ctx's error.
+func takeSlot(ctx context.Context, slots chan struct{}) error {
 	select {
 	case slots <- struct{}{}:
-		return func() { <-slots }, nil
+		return nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("error waiting for a bank slot of %s: %w", bank, ctx.Err())
+		return ctx.Err()
 	}
 }
 
