@@ -390,7 +390,9 @@ func CheckInvariants(ctx context.Context, db inspect.Querier, e Expect) ([]strin
 // events match one to one, in order; its events are numbered 1..n without
 // a gap; a flagged settlement's last flag event names its reason; every
 // recorded conflict with a settlement has its event (one with a receipt
-// refused for want of funds has no settlement, so no event).
+// refused for want of funds has no settlement, so no event); its last
+// event holds it as it is (its state, amount, currency and account, and
+// every transition it has made): what a consumer last heard is the truth.
 func EventViolations(ctx context.Context, db inspect.Querier) ([]string, error) {
 	return inspect.Collect(ctx, db, eventViolationsSQL, pgx.RowTo[string])
 }
@@ -399,7 +401,8 @@ func EventViolations(ctx context.Context, db inspect.Querier) ([]string, error) 
 // (DESIGN.md section 19): a settlement's transitions and its transition
 // events match one to one, in order; its events are numbered 1..n with no
 // gap, n being its event_seq; a flagged settlement's last flag event names
-// its reason; every recorded conflict has its event.
+// its reason; every recorded conflict has its event; the last event holds
+// the settlement's state, amount, currency, account and transitions.
 const eventViolationsSQL = `
 	WITH t AS (
 		SELECT settlement_id, row_number() OVER (PARTITION BY settlement_id ORDER BY id) AS k,
@@ -436,7 +439,24 @@ const eventViolationsSQL = `
 	      GROUP BY settlement_id) c
 	LEFT JOIN (SELECT settlement_id, count(*) AS events FROM settlement_events
 	           WHERE type = 'settlement.conflict' GROUP BY settlement_id) ev USING (settlement_id)
-	WHERE c.recorded <> coalesce(ev.events, 0)`
+	WHERE c.recorded <> coalesce(ev.events, 0)
+	UNION ALL
+	SELECT s.settlement_id || ': its last event ' || ev.event_id || ' holds it ' ||
+	       coalesce(ev.payload->'settlement'->>'state', 'without a state') || ', ' ||
+	       coalesce(ev.payload->'settlement'->>'amount_cents', '?') || ' ' || coalesce(ev.payload->'settlement'->>'currency', '?') ||
+	       ' from ' || coalesce(ev.payload->'settlement'->>'account_id', '?') || ' after ' ||
+	       coalesce(ev.transitions::text, '?') || ' transition(s); it is ' || s.state || ', ' || s.amount_cents || ' ' || s.currency ||
+	       ' from ' || s.account_id || ' after ' || tr.n || ' transition(s)'
+	FROM settlements s
+	JOIN LATERAL (SELECT e.event_id, e.payload,
+	                     CASE jsonb_typeof(e.payload->'transitions') WHEN 'array' THEN jsonb_array_length(e.payload->'transitions') END AS transitions
+	              FROM settlement_events e WHERE e.settlement_id = s.settlement_id ORDER BY e.n DESC LIMIT 1) ev ON true
+	CROSS JOIN LATERAL (SELECT count(*) AS n FROM settlement_transitions t WHERE t.settlement_id = s.settlement_id) tr
+	WHERE ev.payload->'settlement'->>'state' IS DISTINCT FROM s.state
+	   OR ev.payload->'settlement'->'amount_cents' IS DISTINCT FROM to_jsonb(s.amount_cents)
+	   OR ev.payload->'settlement'->>'currency' IS DISTINCT FROM s.currency
+	   OR ev.payload->'settlement'->>'account_id' IS DISTINCT FROM s.account_id
+	   OR ev.transitions IS DISTINCT FROM tr.n`
 
 // differs reports whether a stored value differs from an expected one that
 // is known (not empty).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -271,7 +272,53 @@ func TestInvariantsCatchAMissingEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(v) != 1 {
-		t.Fatalf("violations %q, want one for the transition without its event", v)
+	// Two: the transition without its event, and the settlement's last
+	// event, which does not hold the state it is in (nor, before this
+	// transaction's commit fills it, any state).
+	if len(v) != 2 || !strings.Contains(v[0], "transition 2 (pending → sent) has event none") || !strings.Contains(v[1], "its last event s1:1") {
+		t.Fatalf("violations %q, want one for the transition without its event and one for the last event", v)
+	}
+}
+
+// TestInvariantsCatchAStaleLastEvent: once committed, a settlement's last
+// event holds it as it is. An event whose settlement changed behind the
+// state machine's back (its amount here), or whose payload was rewritten,
+// is a violation naming both sides; the settlement as the machine left it
+// is none.
+func TestInvariantsCatchAStaleLastEvent(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		insertSettlement(t, tx, "le1")
+		if err := statemachine.Created(ctx, tx, "received", time.Time{}, "le1"); err != nil {
+			return err
+		}
+		return statemachine.Transition(ctx, tx, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "le1", From: settlement.Pending, To: settlement.Sent, Reason: "sent"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := audit.EventViolations(ctx, db.Pool); err != nil || len(v) != 0 {
+		t.Fatalf("violations of the machine's own work: %q, %v", v, err)
+	}
+	for _, tc := range []struct{ name, change, undo, want string }{
+		{"amount", `UPDATE settlements SET amount_cents = amount_cents + 1 WHERE settlement_id = 'le1'`,
+			`UPDATE settlements SET amount_cents = amount_cents - 1 WHERE settlement_id = 'le1'`, "le1: its last event le1:2 holds it sent, "},
+		{"payload", `UPDATE settlement_events SET payload = jsonb_set(payload, '{settlement,state}', '"pending"') WHERE event_id = 'le1:2'`,
+			`UPDATE settlement_events SET payload = jsonb_set(payload, '{settlement,state}', '"sent"') WHERE event_id = 'le1:2'`, "le1: its last event le1:2 holds it pending, "},
+	} {
+		if _, err := db.Pool.Exec(ctx, tc.change); err != nil {
+			t.Fatal(err)
+		}
+		v, err := audit.EventViolations(ctx, db.Pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v) != 1 || !strings.HasPrefix(v[0], tc.want) || !strings.Contains(v[0], "it is sent") {
+			t.Errorf("%s: violations %q, want one starting %q", tc.name, v, tc.want)
+		}
+		if _, err := db.Pool.Exec(ctx, tc.undo); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
