@@ -80,10 +80,10 @@ func QueueFlag(b *pgx.Batch, id, reason string, at time.Time) {
 
 // QueueEvents queues in b the INSERT of the events that TransitionHeld
 // held back, each written once, in its final form: its payload is the
-// settlement as the statement finds it (settle_settlement_view), so it
-// must be the last write of the transaction to those settlements (a
-// River job may follow; a bank attempt, a movement, a flag or a
-// transition may not). It queues nothing when held is empty.
+// settlement as the statement finds it (settle_settlement_views, planned
+// with the statement), so it must be the last write of the transaction to
+// those settlements (a River job may follow; a bank attempt, a movement, a
+// flag or a transition may not). It queues nothing when held is empty.
 func QueueEvents(b *pgx.Batch, held ...Held) {
 	if len(held) == 0 {
 		return
@@ -97,7 +97,7 @@ func QueueEvents(b *pgx.Batch, held ...Held) {
 	b.Queue(`
 		`+insertEventSQL+`
 			SELECT h.settlement_id, h.n, 'settlement.' || h.to_state AS type,
-				coalesce(settle_settlement_view(h.settlement_id), '{}') ||
+				coalesce((SELECT v.doc FROM settle_settlement_views(ARRAY[h.settlement_id]) v), '{}') ||
 				jsonb_build_object('event_id', h.settlement_id || ':' || h.n, 'reason', h.reason,
 					'at', settle_json_time(h.at), 'from_state', h.from_state) AS payload, h.at AS created_at
 			FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
@@ -165,7 +165,7 @@ func RecordConflicts(ctx context.Context, tx DBTX, at time.Time, conflicts ...Co
 		)
 		`+insertEventSQL+`
 			SELECT c.settlement_id, b.base + c.k AS n, '`+EventConflict+`' AS type,
-				coalesce(settle_settlement_view(c.settlement_id), '{}') ||
+				coalesce((SELECT v.doc FROM settle_settlement_views(ARRAY[c.settlement_id]) v), '{}') ||
 				jsonb_build_object('event_id', c.settlement_id || ':' || (b.base + c.k), 'reason', 'receipt_conflict',
 					'at', settle_json_time($6), 'stored_hash', c.stored_hash, 'incoming_hash', c.incoming_hash,
 					'incoming_event_id', c.event_id) AS payload,

@@ -298,7 +298,7 @@ func CreationEvents(ctx context.Context, tx DBTX, reason string, at time.Time, s
 	_, err := tx.Exec(ctx, `
 		INSERT INTO settlement_events (settlement_id, n, event_id, type, payload, created_at)
 		SELECT s.settlement_id, s.event_seq, s.settlement_id || ':' || s.event_seq, '`+EventType(string(settlement.Pending))+`',
-			settle_settlement_view(s.settlement_id) || jsonb_build_object('event_id', s.settlement_id || ':' || s.event_seq,
+			(SELECT v.doc FROM settle_settlement_views(ARRAY[s.settlement_id]) v) || jsonb_build_object('event_id', s.settlement_id || ':' || s.event_seq,
 				'reason', $2::text, 'at', settle_json_time($3)),
 			$3::timestamptz
 		FROM settlements s WHERE s.settlement_id = ANY($1::text[])
