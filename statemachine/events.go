@@ -136,11 +136,12 @@ type Conflict struct {
 }
 
 // RecordConflicts writes conflicts to receipt_conflicts, each with its
-// settlement.conflict event, in one statement in the caller's transaction.
-// It changes nothing GET shows of the settlements, so each event is written
-// once with the settlement as the statement finds it: the caller records
-// the conflicts after its other writes to those settlements (intake, in a
-// transaction of their own).
+// settlement.conflict event, in the caller's transaction (READ COMMITTED,
+// PostgreSQL's default): one statement locks the settlements, the next
+// writes. It changes nothing GET shows of the settlements, so each event
+// is written once with the settlement as that statement finds it, its
+// locks held: the caller records the conflicts after its other writes to
+// those settlements (intake, in a transaction of their own).
 // The settlements are locked in id order, so that two callers never
 // deadlock.
 func RecordConflicts(ctx context.Context, tx DBTX, at time.Time, conflicts ...Conflict) error {
@@ -159,6 +160,17 @@ func RecordConflicts(ctx context.Context, tx DBTX, at time.Time, conflicts ...Co
 		if len(c.Incoming) == 0 {
 			bodies[i] = "null"
 		}
+	}
+	// Lock the settlements first, in a statement of their own. Under READ
+	// COMMITTED a statement reads with the snapshot it started with, and
+	// the statement below builds each event's view with it: had it waited
+	// there for a transaction that moved the settlement (its confirmation,
+	// say), its UPDATE would number the event after that transaction's
+	// but its view would show the settlement as it was before, and the
+	// settlement's last event would tell a stale state. Started once the
+	// locks are held, its snapshot holds every change made before them.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM settlements WHERE settlement_id = ANY($1::text[]) ORDER BY settlement_id FOR UPDATE`, ids); err != nil {
+		return fmt.Errorf("error locking the settlements of %d receipt conflicts: %w", len(cs), err)
 	}
 	_, err := tx.Exec(ctx, `
 		WITH c AS (

@@ -14,6 +14,7 @@ import (
 	"github.com/settle/settle/audit"
 	"github.com/settle/settle/inspect"
 	"github.com/settle/settle/internal/testsupport/dbtest"
+	"github.com/settle/settle/internal/testsupport/settletest"
 	"github.com/settle/settle/settlement"
 	"github.com/settle/settle/settlement/settlementdb"
 	"github.com/settle/settle/statemachine"
@@ -320,5 +321,62 @@ func TestInvariantsCatchAStaleLastEvent(t *testing.T) {
 		if _, err := db.Pool.Exec(ctx, tc.undo); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestConflictEventWaitsForTheSettlement: a receipt conflict recorded
+// while another transaction holds its settlement and moves it waits for
+// that transaction, and its event, numbered after that transaction's,
+// holds the settlement as that transaction left it, not as it was when
+// the conflict's statement began: the settlement's last event tells its
+// state (the invariant checker's rule; the demo found the race).
+func TestConflictEventWaitsForTheSettlement(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		insertSettlement(t, tx, "cw1")
+		return statemachine.Created(ctx, tx, "received", time.Time{}, "cw1")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mover, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mover.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := statemachine.Transition(ctx, mover, statemachine.Change{Source: settlement.SourceWorker, SettlementID: "cw1", From: settlement.Pending, To: settlement.Sent, Reason: "sent"}); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := mover.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			return statemachine.RecordConflicts(ctx, tx, time.Time{}, statemachine.Conflict{SettlementID: "cw1", StoredHash: "sha256:00", IncomingHash: "sha256:01"})
+		})
+	}()
+	// The conflict waits for the mover's lock.
+	settletest.Wait(t, "the conflict waiting for the settlement's lock", func() (bool, string) {
+		var waiting bool
+		if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting, "not yet"
+	})
+	if err := mover.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := events(t, db.Pool, "cw1")
+	if len(got) != 3 || got[1].typ != "settlement.sent" || got[2].typ != statemachine.EventConflict {
+		t.Fatalf("events %+v, want created, sent, conflict", got)
+	}
+	if v, err := audit.EventViolations(ctx, db.Pool); err != nil || len(v) != 0 {
+		t.Fatalf("violations %q, %v", v, err)
 	}
 }
