@@ -409,6 +409,8 @@ type held struct {
 	kill    bool
 	first   atomic.Bool
 	dead    atomic.Bool
+	// events is how many events the held batch had.
+	events atomic.Int64
 }
 
 func newHeld(in source.Intake, kill bool) *held {
@@ -417,6 +419,7 @@ func newHeld(in source.Intake, kill bool) *held {
 
 func (h *held) SubmitBatchTx(ctx context.Context, evs []intake.Event, inTx intake.InTx) ([]intake.Outcome, error) {
 	if h.first.CompareAndSwap(false, true) {
+		h.events.Store(int64(len(evs)))
 		h.arrived <- struct{}{}
 		<-h.release
 		if h.kill {
