@@ -99,7 +99,7 @@ func QueueEvents(b *pgx.Batch, held ...Held) {
 		// generic plan costs what a custom plan does, so PostgreSQL keeps
 		// the prepared plan. The unnest form is estimated at 100 rows
 		// whatever the arrays hold, so it is planned afresh every time,
-		// the settlement's view with it (three quarters of its time).
+		// the settlement's view with it (more than half of its time).
 		b.Queue(`
 		`+insertEventSQL+queuedEventSelect+`
 			FROM (VALUES ($1::text, $2::int, $3::text, $4::text, $5::text, $6::timestamptz))
