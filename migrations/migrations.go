@@ -119,19 +119,13 @@ func reservedAccounts(ctx context.Context, tx pgx.Tx) error {
 	const reserved = `SELECT account_id FROM settlements WHERE starts_with(account_id, 'settle:')
 		UNION ALL SELECT account_id FROM ledger_movements WHERE starts_with(account_id, 'settle:')`
 	var n int
-	if err := tx.QueryRow(ctx, "SELECT count(*) FROM ("+reserved+") a").Scan(&n); err != nil {
+	var examples []string
+	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce((array_agg(DISTINCT account_id ORDER BY account_id))[1:5], '{}')
+		FROM (`+reserved+`) a`).Scan(&n, &examples); err != nil {
 		return fmt.Errorf("error looking for accounts named like the ledger's own: %w", err)
 	}
 	if n == 0 {
 		return nil
-	}
-	rows, err := tx.Query(ctx, "SELECT DISTINCT account_id FROM ("+reserved+") a ORDER BY 1 LIMIT 5")
-	if err != nil {
-		return fmt.Errorf("error looking for accounts named like the ledger's own: %w", err)
-	}
-	examples, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("error looking for accounts named like the ledger's own: %w", err)
 	}
 	for i, e := range examples {
 		examples[i] = strconv.Quote(e)

@@ -180,12 +180,9 @@ func RecordConflicts(ctx context.Context, tx DBTX, at time.Time, conflicts ...Co
 				AS c(settlement_id, stored_hash, incoming_hash, event_id, incoming, ord)
 		), counts AS (
 			SELECT settlement_id, count(*)::int AS cnt FROM c GROUP BY settlement_id
-		), locked AS (
-			SELECT s.settlement_id FROM settlements s JOIN counts USING (settlement_id)
-			ORDER BY s.settlement_id FOR UPDATE OF s
 		), bumped AS (
 			UPDATE settlements s SET event_seq = s.event_seq + counts.cnt
-			FROM counts JOIN locked USING (settlement_id)
+			FROM counts
 			WHERE s.settlement_id = counts.settlement_id
 			RETURNING s.settlement_id, s.event_seq - counts.cnt AS base
 		), recorded AS (
