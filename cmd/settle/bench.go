@@ -31,6 +31,19 @@ Figures and their baselines:
                          target >= 0.5 x insert_baseline_per_s
   intake_batch_per_s     events/s through POST /v1/settlements/batch, --batch
                          events per request; target >= 5 x insert_baseline_per_s
+  source_nats_per_s      events/s drained by one worker's source loop from a
+                         stream of an in-process JetStream server fsyncing
+                         every write (as the embedded default does), batches
+                         of 1000; target >= 0.8 x intake_batch_per_s; its
+                         baseline source_nats_broker_per_s is the same server
+                         drained by a consumer that only fetches and
+                         acknowledges (no database): the broker's ceiling;
+                         both fsync on this machine's disk, taking turns, so
+                         source_nats_reachable: >= 0.8 x 1/(1/intake_batch_per_s
+                         + 1/source_nats_broker_per_s)
+  source_kafka_per_s     the same from a topic of kfake, an in-process
+                         stand-in for Kafka (settle's side of the cost);
+                         target >= 0.8 x intake_batch_per_s
   source_sqs_per_s       events/s drained by one worker from a queue of
                          moto_server, a local stand-in for SQS (100 to 500
                          events): moto's speed, not SQS's; no target; left

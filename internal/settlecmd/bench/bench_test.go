@@ -24,7 +24,7 @@ var requiredFields = []string{
 	"river_noop_jobs_per_s", "jobs_per_settlement", "replay_p50_us_1e4", "replay_p99_us_1e4",
 	"replay_p50_us_1e6", "replay_p99_us_1e6", "worker_peak_rss_mb",
 	"river_noop_best_jobs_per_s", "e2e_latency100_per_s", "e2e_latency100_bound_per_s",
-	"commits_per_settlement", "round_trips_per_event", "source_nats_per_s", "source_kafka_per_s", "source_sqs_per_s",
+	"commits_per_settlement", "round_trips_per_event", "source_nats_per_s", "source_nats_broker_per_s", "source_kafka_per_s", "source_sqs_per_s",
 	"e2e_events_per_s", "e2e_no_events_per_s", "events_delivered_per_s", "events_per_settlement",
 	"e2e_funds_per_s", "e2e_no_funds_per_s", "e2e_funds_hot_per_s", "e2e_hot_per_s",
 	"wal_bytes_per_settlement", "bank_calls_per_settlement", "worker_cpu_s_per_1k_settlements",
@@ -101,8 +101,8 @@ func TestRunTiny(t *testing.T) {
 	if v, ok := got["e2e_db_commits_per_settlement"].(float64); !ok || v <= 0 {
 		t.Errorf("e2e_db_commits_per_settlement = %v, want the old key kept", got["e2e_db_commits_per_settlement"])
 	}
-	if len(res.Targets) != 14 {
-		t.Errorf("got %d targets, want 14: %+v", len(res.Targets), res.Targets)
+	if len(res.Targets) != 15 {
+		t.Errorf("got %d targets, want 15: %+v", len(res.Targets), res.Targets)
 	}
 	if s, ok := got["river_best_settings"].(string); !ok || !strings.Contains(s, "MaxWorkers") {
 		t.Errorf("river_best_settings = %v, want the settings of the best River run", got["river_best_settings"])
@@ -133,7 +133,7 @@ func TestRunTiny(t *testing.T) {
 	if err := res.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "e2e_latency100_reachable", "e2e_latency10", "e2e_latency1000", "source_nats", "source_kafka", "e2e_events", "e2e_funds") {
+	for _, f := range append(requiredFields, "intake_single", "replay_growth", "worker_rss", "e2e_commit_bound", "e2e_river", "e2e_latency100", "e2e_latency100_reachable", "e2e_latency10", "e2e_latency1000", "source_nats", "source_nats_reachable", "source_kafka", "e2e_events", "e2e_funds") {
 		if !strings.Contains(table.String(), f) {
 			t.Errorf("table lacks %s:\n%s", f, table.String())
 		}

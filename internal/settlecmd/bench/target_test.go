@@ -21,3 +21,24 @@ func TestTargetNotMeasuredIsAMiss(t *testing.T) {
 		}
 	}
 }
+
+// TestInTurn: two stages taking turns on one resource go at 1/(1/a+1/b);
+// a stage not measured makes the bound unmeasured (0), so the target it
+// divides misses.
+func TestInTurn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ a, b, want float64 }{
+		{10000, 10000, 5000}, {9000, 18000, 6000}, {0, 5000, 0}, {5000, 0, 0},
+	} {
+		if got := inTurn(c.a, c.b); got != c.want {
+			t.Errorf("inTurn(%g, %g) = %g, want %g", c.a, c.b, got, c.want)
+		}
+	}
+	r := Result{SourceNATSPerS: 4000, IntakeBatchPerS: 10000}
+	r.computeTargets()
+	for _, tg := range r.Targets {
+		if tg.Name == "source_nats_reachable" && tg.Pass {
+			t.Errorf("source_nats_reachable passed without a broker baseline: %+v", tg)
+		}
+	}
+}
