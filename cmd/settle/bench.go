@@ -125,7 +125,8 @@ Figures and their baselines:
   replay_p50/p99_us_1e4  latency of one redelivery (200, Idempotent-Replayed)
   replay_p50/p99_us_1e6  with 10^4 and 10^6 receipts in the table (filled with
                          generate_series in chunks, with no statement
-                         timeout); target p99 at 1e6 <= 1.3 x at 1e4
+                         timeout), each the median of three passes over the
+                         samples; target p99 at 1e6 <= 1.3 x at 1e4
   worker_peak_rss_mb     the worker's peak resident set (VmHWM) over the e2e
                          runs; target <= 150
 
