@@ -380,7 +380,7 @@ func ratio(a, b float64) float64 {
 // rates a and b alone: 1/(1/a + 1/b); 0 when either is not measured. The
 // bench's JetStream server and PostgreSQL fsync on the same disk: with the
 // JetStream store on tmpfs (fsync free), source_nats_per_s was 0.97 of
-// intake_batch_per_s; on the disk, 0.52 to 0.59, near this bound
+// intake_batch_per_s; on the disk, 0.46 to 0.59, near this bound
 // (BENCHMARKS.md).
 func inTurn(a, b float64) float64 {
 	if a == 0 || b == 0 {
