@@ -50,6 +50,19 @@ func insertSettlement(t *testing.T, q statemachine.DBTX, id string) {
 	}
 }
 
+// createSettlement inserts settlement id and records its creation, in a
+// transaction of its own, committed.
+func createSettlement(t *testing.T, db *dbtest.DB, id string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		insertSettlement(t, tx, id)
+		return statemachine.Created(ctx, tx, "received", time.Time{}, id)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestEventsOfAStory walks one settlement through creation, transitions, a
 // flag and a conflict, committing each step, and checks its events: their
 // ids, types, order, and a payload that is the settlement as GET shows it
@@ -196,12 +209,7 @@ func TestEventsNumberedUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		insertSettlement(t, tx, "c1")
-		return statemachine.Created(ctx, tx, "received", time.Time{}, "c1")
-	}); err != nil {
-		t.Fatal(err)
-	}
+	createSettlement(t, db, "c1")
 	const n = 12
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
@@ -334,12 +342,7 @@ func TestConflictEventWaitsForTheSettlement(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		insertSettlement(t, tx, "cw1")
-		return statemachine.Created(ctx, tx, "received", time.Time{}, "cw1")
-	}); err != nil {
-		t.Fatal(err)
-	}
+	createSettlement(t, db, "cw1")
 	mover, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
