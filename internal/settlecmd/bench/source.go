@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,7 +102,9 @@ func drain(ctx context.Context, cfg Config, dbURL, name string, n int, open func
 	}
 	defer inner.Close()
 	src := &ackCounter{Source: inner, want: int64(n), done: make(chan struct{})}
-	loop, err := source.NewLoop(source.Config{Source: src, Intake: svc, BatchSize: SourceBatchSize})
+	warned := &lastLine{}
+	loop, err := source.NewLoop(source.Config{Source: src, Intake: svc, BatchSize: SourceBatchSize,
+		Logger: slog.New(slog.NewTextHandler(warned, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return 0, err
 	}
@@ -113,13 +117,38 @@ func drain(ctx context.Context, cfg Config, dbURL, name string, n int, open func
 	start := time.Now()
 	wg.Go(func() { _ = loop.Run(lctx) })
 	defer func() { stop(); wg.Wait() }()
-	select {
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-src.done:
+	// The loop waits out every error of the broker or the database, so a
+	// drain that stops moving fails after drainStall, saying how far it got
+	// and what the loop last complained of, instead of waiting for ever.
+	stalled := func(what string, got int64) error {
+		return fmt.Errorf("the source loop made no progress for %s: %d of %d messages acknowledged, %d of %d settlements %s; the loop's last warning: %s",
+			drainStall, src.acked.Load(), n, got, n, what, warned.String())
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, moved := src.acked.Load(), time.Now()
+acked:
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-src.done:
+			break acked
+		case <-tick.C:
+			if a := src.acked.Load(); a != last {
+				last, moved = a, time.Now()
+			} else if time.Since(moved) > drainStall {
+				got, err := countSettlements(ctx, pool)
+				if err != nil {
+					return 0, err
+				}
+				return 0, stalled("recorded", int64(got-before))
+			}
+		}
 	}
 	// A message delivered again (a lease run out) is acknowledged twice;
 	// then the count lags the acknowledgements, and the clock runs on.
+	prev, moved := -1, time.Now()
 	for {
 		got, err := countSettlements(ctx, pool)
 		if err != nil {
@@ -128,12 +157,44 @@ func drain(ctx context.Context, cfg Config, dbURL, name string, n int, open func
 		if got-before >= n {
 			return time.Since(start), nil
 		}
+		if got != prev {
+			prev, moved = got, time.Now()
+		} else if time.Since(moved) > drainStall {
+			return 0, stalled("recorded after the last acknowledgement", int64(got-before))
+		}
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// drainStall is how long a drain may go without a message acknowledged
+// (or, once all are, without a settlement recorded) before it fails.
+var drainStall = 2 * time.Minute
+
+// lastLine is an io.Writer that keeps the last line written to it: the
+// source loop's last warning, for the error of a drain that stalled.
+type lastLine struct {
+	mu   sync.Mutex
+	line string
+}
+
+func (l *lastLine) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.line = strings.TrimSpace(string(p))
+	return len(p), nil
+}
+
+func (l *lastLine) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.line == "" {
+		return "none"
+	}
+	return l.line
 }
 
 // ackCounter is a Source that counts the messages acknowledged and closes
@@ -146,13 +207,17 @@ type ackCounter struct {
 	done  chan struct{}
 }
 
-// Ack acknowledges msgs and counts them.
+// Ack acknowledges msgs and counts them once the broker took the
+// acknowledgement (a failed one leaves them to be delivered again).
 func (a *ackCounter) Ack(ctx context.Context, msgs []source.Message) error {
 	err := a.Source.Ack(ctx, msgs)
+	if err != nil {
+		return err
+	}
 	if a.acked.Add(int64(len(msgs))) >= a.want {
 		a.once.Do(func() { close(a.done) })
 	}
-	return err
+	return nil
 }
 
 // drainBroker is drain without a database: one consumer of the stream at
