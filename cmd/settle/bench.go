@@ -27,8 +27,10 @@ Figures and their baselines:
   insert_baseline_per_s  a bare one-row INSERT … COMMIT loop at --concurrency:
                          the commit rate of this database on this machine
   intake_single_per_s    events/s through POST /v1/settlements at --concurrency
-                         (the intake API in-process, River only inserting);
-                         target >= 0.5 x insert_baseline_per_s
+                         (the intake API in-process, River only inserting),
+                         after an untimed second of the same load and an
+                         ANALYZE (a running database's plans, not an empty
+                         one's); target >= 0.5 x insert_baseline_per_s
   intake_batch_per_s     events/s through POST /v1/settlements/batch, --batch
                          events per request; target >= 5 x insert_baseline_per_s
   source_nats_per_s      events/s drained by one worker's source loop from a

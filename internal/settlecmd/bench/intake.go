@@ -210,19 +210,26 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL st
 	if err != nil {
 		return err
 	}
+	postSingle := func(prefix string) func(ctx context.Context, w, i int) (int, error) {
+		return func(ctx context.Context, w, i int) (int, error) {
+			body, err := json.Marshal(newEvent(fmt.Sprintf("%s-%d-%d", prefix, w, i), i))
+			if err != nil {
+				return 0, err
+			}
+			return 1, post(ctx, a.client, a.base+"/v1/settlements", body, http.StatusCreated, nil)
+		}
+	}
+	if err := warmUp(ctx, cfg, pool, postSingle("warm")); err != nil {
+		a.close()
+		return err
+	}
 	before, err := readCounters(ctx, pool)
 	if err != nil {
 		a.close()
 		return fmt.Errorf("error reading the database's counters: %w", err)
 	}
 	trips0 := trips.load()
-	n, el, err = loop(ctx, cfg.Concurrency, cfg.Duration, func(ctx context.Context, w, i int) (int, error) {
-		body, err := json.Marshal(newEvent(fmt.Sprintf("single-%d-%d", w, i), i))
-		if err != nil {
-			return 0, err
-		}
-		return 1, post(ctx, a.client, a.base+"/v1/settlements", body, http.StatusCreated, nil)
-	})
+	n, el, err = loop(ctx, cfg.Concurrency, cfg.Duration, postSingle("single"))
 	a.close()
 	if err != nil {
 		return err
@@ -267,4 +274,30 @@ func measureIntake(ctx context.Context, cfg Config, pool *pgxpool.Pool, dbURL st
 	cfg.Logf("intake_batch_per_s %.1f (round trips %.3f per event)", r.IntakeBatchPerS, r.RoundTripsPerBatchEvent)
 	a.close()
 	return measureSource(ctx, cfg, dbURL, r)
+}
+
+// IntakeWarmUp is how long the single loop runs, untimed, before its
+// clock starts (at most a fifth of the loop's duration).
+const IntakeWarmUp = time.Second
+
+// warmUp runs fn from cfg.Concurrency goroutines for IntakeWarmUp, off the
+// clock, then analyzes the benchmark's tables. The intake phase starts on
+// a new database, and a prepared statement's generic plan, chosen on its
+// sixth run on a connection, is then made for tables PostgreSQL believes
+// to be a few pages: a sequential scan of settlements for every
+// settlement_id = ANY($1), kept while the table grows until autovacuum's
+// first ANALYZE, about a minute later (autovacuum_naptime). A deployment
+// pays that in its first minute once; a loop of a few seconds would pay it
+// throughout and measure an empty database's plans instead of a running
+// one's. The ANALYZE makes PostgreSQL plan the statements again, for tables
+// that hold rows.
+func warmUp(ctx context.Context, cfg Config, pool *pgxpool.Pool, fn func(ctx context.Context, worker, i int) (int, error)) error {
+	d := min(IntakeWarmUp, cfg.Duration/5)
+	if _, _, err := loop(ctx, cfg.Concurrency, d, fn); err != nil {
+		return fmt.Errorf("error warming up: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE"); err != nil {
+		return fmt.Errorf("error analyzing the benchmark's tables after the warm-up: %w", err)
+	}
+	return nil
 }

@@ -24,7 +24,8 @@ type Result struct {
 	// InsertBaselinePerS is a bare one-row INSERT … COMMIT loop at the
 	// same concurrency: the commit rate of this database on this machine.
 	InsertBaselinePerS float64 `json:"insert_baseline_per_s"`
-	// IntakeSinglePerS is events/s through POST /v1/settlements.
+	// IntakeSinglePerS is events/s through POST /v1/settlements, timed
+	// after an untimed warm-up and an ANALYZE (warmUp).
 	IntakeSinglePerS float64 `json:"intake_single_per_s"`
 	// IntakeBatchPerS is events/s through POST /v1/settlements/batch.
 	IntakeBatchPerS float64 `json:"intake_batch_per_s"`
