@@ -603,8 +603,25 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	default:
 		b.Queue(replaySQL, bumpIDs, bumpHashes, bumpN, now, oldIDs)
 	}
+	// The creation events read each settlement's view, a statement of
+	// a dozen relations. PostgreSQL planned it afresh on every
+	// transaction: a custom plan for the ids given is always estimated
+	// cheaper than the generic one, which assumes ten, so the generic plan
+	// was never kept, and a group of a few single requests paid more for
+	// planning the statement (0.65 ms) than for running it. For a few ids
+	// the generic plan (index scans by settlement id) is forced, for this
+	// statement alone; a larger batch pays for its plan over many events
+	// and keeps a plan made for its size (forced for the source loop's
+	// transactions of 250, the drains measured 10 % slower).
+	generic := len(createdIDs) > 0 && len(createdIDs) <= genericPlanMaxIDs
+	if generic {
+		b.Queue(forceGenericPlanSQL)
+	}
 	if err := statemachine.CreationEvents(ctx, batchQueuer{b}, "received", now, createdIDs...); err != nil {
 		return res, err
+	}
+	if generic {
+		b.Queue(resetPlanModeSQL)
 	}
 	if b.Len() > 0 {
 		br := tx.SendBatch(ctx, b)
@@ -621,9 +638,15 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 			}
 		}
 		if len(createdIDs) > 0 {
-			if _, err := br.Exec(); err != nil {
-				br.Close()
-				return res, fmt.Errorf("error writing creation events: %w", err)
+			steps := []string{"writing creation events"}
+			if generic {
+				steps = []string{"forcing the creation events' generic plan", "writing creation events", "resetting plan_cache_mode"}
+			}
+			for _, what := range steps {
+				if _, err := br.Exec(); err != nil {
+					br.Close()
+					return res, fmt.Errorf("error %s: %w", what, err)
+				}
 			}
 		}
 		if err := br.Close(); err != nil {
@@ -661,6 +684,17 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	}
 	return res, nil
 }
+
+// The statements around the creation events (commit): plan_cache_mode for
+// that statement alone, when it writes at most genericPlanMaxIDs events
+// (the group commit's groups of single requests are mostly smaller).
+// RESET gives back the session's own setting (the server's, or the
+// connection string's).
+const (
+	genericPlanMaxIDs   = 16
+	forceGenericPlanSQL = "SET LOCAL plan_cache_mode = force_generic_plan"
+	resetPlanModeSQL    = "RESET plan_cache_mode"
+)
 
 // commitOnly runs inTx alone in a transaction: a batch of which no event
 // reached the receipt insert.
