@@ -576,7 +576,23 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	// The creation transitions, the replay read and the creation events go
 	// in one round trip; the events last, so that each is written once with
 	// its settlement as this transaction leaves it (replays counted).
+	//
+	// The creation and its events read the new settlements by id, in
+	// statements of many relations (the ledger's hold; each settlement's
+	// view). PostgreSQL planned both afresh on every transaction: a custom
+	// plan for the ids given always looks cheaper than the generic one,
+	// which assumes ten, so the generic plan was never kept, and a group of
+	// a few single requests paid more for planning them (0.2 and 0.65 ms)
+	// than for running them. For a few ids their generic plans (index scans
+	// by settlement id) are forced, for these statements alone; a larger
+	// batch pays for its plans over many events and keeps plans made for
+	// its size (forced for the source loop's transactions of 250, the
+	// drains measured 10 % slower).
 	b := &pgx.Batch{}
+	generic := len(createdIDs) > 0 && len(createdIDs) <= genericPlanMaxIDs
+	if generic {
+		b.Queue(forceGenericPlanSQL)
+	}
 	if err := statemachine.CreatedHeld(ctx, batchQueuer{b}, "received", now, createdIDs...); err != nil {
 		return res, err
 	}
@@ -603,20 +619,6 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	default:
 		b.Queue(replaySQL, bumpIDs, bumpHashes, bumpN, now, oldIDs)
 	}
-	// The creation events read each settlement's view, a statement of
-	// a dozen relations. PostgreSQL planned it afresh on every
-	// transaction: a custom plan for the ids given is always estimated
-	// cheaper than the generic one, which assumes ten, so the generic plan
-	// was never kept, and a group of a few single requests paid more for
-	// planning the statement (0.65 ms) than for running it. For a few ids
-	// the generic plan (index scans by settlement id) is forced, for this
-	// statement alone; a larger batch pays for its plan over many events
-	// and keeps a plan made for its size (forced for the source loop's
-	// transactions of 250, the drains measured 10 % slower).
-	generic := len(createdIDs) > 0 && len(createdIDs) <= genericPlanMaxIDs
-	if generic {
-		b.Queue(forceGenericPlanSQL)
-	}
 	if err := statemachine.CreationEvents(ctx, batchQueuer{b}, "received", now, createdIDs...); err != nil {
 		return res, err
 	}
@@ -626,9 +628,15 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	if b.Len() > 0 {
 		br := tx.SendBatch(ctx, b)
 		if len(createdIDs) > 0 {
-			if _, err := br.Exec(); err != nil {
-				br.Close()
-				return res, fmt.Errorf("error recording creation transitions: %w", err)
+			steps := []string{"recording creation transitions"}
+			if generic {
+				steps = []string{"forcing the creation's generic plans", "recording creation transitions"}
+			}
+			for _, what := range steps {
+				if _, err := br.Exec(); err != nil {
+					br.Close()
+					return res, fmt.Errorf("error %s: %w", what, err)
+				}
 			}
 		}
 		if readOld {
@@ -640,7 +648,7 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 		if len(createdIDs) > 0 {
 			steps := []string{"writing creation events"}
 			if generic {
-				steps = []string{"forcing the creation events' generic plan", "writing creation events", "resetting plan_cache_mode"}
+				steps = []string{"writing creation events", "resetting plan_cache_mode"}
 			}
 			for _, what := range steps {
 				if _, err := br.Exec(); err != nil {
@@ -685,9 +693,10 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	return res, nil
 }
 
-// The statements around the creation events (commit): plan_cache_mode for
-// that statement alone, when it writes at most genericPlanMaxIDs events
-// (the group commit's groups of single requests are mostly smaller).
+// The statements around the creation and its events (commit):
+// plan_cache_mode for those statements alone, when they create at most
+// genericPlanMaxIDs settlements (the group commit's groups of single
+// requests are mostly smaller).
 // RESET gives back the session's own setting (the server's, or the
 // connection string's).
 const (
