@@ -627,16 +627,14 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 	}
 	if b.Len() > 0 {
 		br := tx.SendBatch(ctx, b)
-		if len(createdIDs) > 0 {
-			steps := []string{"recording creation transitions"}
-			if generic {
-				steps = []string{"forcing the creation's generic plans", "recording creation transitions"}
+		if generic {
+			if err := execQueued(br, "forcing the creation's generic plans"); err != nil {
+				return res, err
 			}
-			for _, what := range steps {
-				if _, err := br.Exec(); err != nil {
-					br.Close()
-					return res, fmt.Errorf("error %s: %w", what, err)
-				}
+		}
+		if len(createdIDs) > 0 {
+			if err := execQueued(br, "recording creation transitions"); err != nil {
+				return res, err
 			}
 		}
 		if readOld {
@@ -646,15 +644,13 @@ func (s *Service) commit(ctx context.Context, leads []*lead, counts map[replayKe
 			}
 		}
 		if len(createdIDs) > 0 {
-			steps := []string{"writing creation events"}
-			if generic {
-				steps = []string{"writing creation events", "resetting plan_cache_mode"}
+			if err := execQueued(br, "writing creation events"); err != nil {
+				return res, err
 			}
-			for _, what := range steps {
-				if _, err := br.Exec(); err != nil {
-					br.Close()
-					return res, fmt.Errorf("error %s: %w", what, err)
-				}
+		}
+		if generic {
+			if err := execQueued(br, "resetting plan_cache_mode"); err != nil {
+				return res, err
 			}
 		}
 		if err := br.Close(); err != nil {
@@ -704,6 +700,16 @@ const (
 	forceGenericPlanSQL = "SET LOCAL plan_cache_mode = force_generic_plan"
 	resetPlanModeSQL    = "RESET plan_cache_mode"
 )
+
+// execQueued reads the result of the next statement of br, which it
+// closes on an error, naming the statement by what it does.
+func execQueued(br pgx.BatchResults, what string) error {
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return fmt.Errorf("error %s: %w", what, err)
+	}
+	return nil
+}
 
 // commitOnly runs inTx alone in a transaction: a batch of which no event
 // reached the receipt insert.
