@@ -126,7 +126,7 @@ func drain(ctx context.Context, cfg Config, dbURL, name string, n int, open func
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	last, moved := src.acked.Load(), time.Now()
+	acks := progress{last: src.acked.Load(), moved: time.Now()}
 acked:
 	for {
 		select {
@@ -135,9 +135,7 @@ acked:
 		case <-src.done:
 			break acked
 		case <-tick.C:
-			if a := src.acked.Load(); a != last {
-				last, moved = a, time.Now()
-			} else if time.Since(moved) > drainStall {
+			if acks.stuck(src.acked.Load()) {
 				got, err := countSettlements(ctx, pool)
 				if err != nil {
 					return 0, err
@@ -148,7 +146,7 @@ acked:
 	}
 	// A message delivered again (a lease run out) is acknowledged twice;
 	// then the count lags the acknowledgements, and the clock runs on.
-	prev, moved := -1, time.Now()
+	count := progress{last: -1, moved: time.Now()}
 	for {
 		got, err := countSettlements(ctx, pool)
 		if err != nil {
@@ -157,9 +155,7 @@ acked:
 		if got-before >= n {
 			return time.Since(start), nil
 		}
-		if got != prev {
-			prev, moved = got, time.Now()
-		} else if time.Since(moved) > drainStall {
+		if count.stuck(int64(got)) {
 			return 0, stalled("recorded after the last acknowledgement", int64(got-before))
 		}
 		select {
@@ -173,6 +169,22 @@ acked:
 // drainStall is how long a drain may go without a message acknowledged
 // (or, once all are, without a settlement recorded) before it fails.
 var drainStall = 2 * time.Minute
+
+// progress is a count and when it last moved.
+type progress struct {
+	last  int64
+	moved time.Time
+}
+
+// stuck records v and reports whether the count has not moved for
+// drainStall.
+func (p *progress) stuck(v int64) bool {
+	if v != p.last {
+		p.last, p.moved = v, time.Now()
+		return false
+	}
+	return time.Since(p.moved) > drainStall
+}
 
 // lastLine is an io.Writer that keeps the last line written to it: the
 // source loop's last warning, for the error of a drain that stalled.
